@@ -1,0 +1,83 @@
+# /// script
+# dependencies = ["nox>=2025.2.9", "uv>=0.5"]
+# [tool.nox]
+# script-download-python = "never"
+# ///
+"""Every task of the repository: ``nox`` runs the default (CI) set, ``nox -l`` lists all."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+SDK = ROOT / "sdk"
+PYPROJECT = nox.project.load_toml(SDK / "pyproject.toml")
+TRACEML_ORACLE = "traceml-ai==0.5.0"
+MAIN_PYTHON = "3.11"
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.download_python = "never"
+
+
+
+def _expose_pyenv_interpreters() -> None:
+    """Let ``python3.X`` shims resolve every pyenv-installed CPython, not just the global one."""
+    root = os.environ.get("PYENV_ROOT")
+    if not root or os.environ.get("PYENV_VERSION"):
+        return
+    versions = sorted(p.name for p in Path(root, "versions").glob("3.1[0-9].*") if p.is_dir())
+    if versions:
+        os.environ["PYENV_VERSION"] = ":".join(versions)
+
+
+def _has_python(version: str) -> bool:
+    exe = shutil.which(f"python{version}")
+    if exe is None:
+        return False
+    return subprocess.run([exe, "-c", ""], capture_output=True, check=False).returncode == 0
+
+
+_expose_pyenv_interpreters()
+TEST_PYTHONS = [MAIN_PYTHON] + [v for v in ("3.10", "3.13") if _has_python(v)]
+
+
+def _install_sdk(session: nox.Session, *groups: str) -> None:
+    session.install("-e", str(SDK), *nox.project.dependency_groups(PYPROJECT, *groups))
+
+
+@nox.session(python=TEST_PYTHONS)
+def tests(session: nox.Session) -> None:
+    """Unit, property and differential tests of the SDK (traceml-ai 0.5.0 as the oracle)."""
+    _install_sdk(session, "test")
+    session.install("--no-deps", TRACEML_ORACLE)
+    session.run("pytest", "tests", "--ignore=tests/template", *session.posargs)
+
+
+@nox.session(python=MAIN_PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the SDK, tests and noxfile."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=MAIN_PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on the SDK."""
+    _install_sdk(session, "typecheck")
+    session.run("mypy", "--config-file", str(SDK / "pyproject.toml"), str(SDK / "src"))
+
+
+@nox.session(python=MAIN_PYTHON, default=False)
+def bench(session: nox.Session) -> None:
+    """Throughput and memory figures against baselines measured in the same run."""
+    _install_sdk(session)
+    session.install("--no-deps", TRACEML_ORACLE)
+    for script in sorted((ROOT / "tests" / "benchmarks").glob("bench_*.py")):
+        session.run("python", str(script), *session.posargs)
