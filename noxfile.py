@@ -25,7 +25,6 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.download_python = "never"
 
 
-
 def _expose_pyenv_interpreters() -> None:
     """Let ``python3.X`` shims resolve every pyenv-installed CPython, not just the global one."""
     root = os.environ.get("PYENV_ROOT")

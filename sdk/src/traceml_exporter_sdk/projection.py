@@ -133,7 +133,9 @@ def _time(value: Any) -> int | None:
     return None
 
 
-def _identity(meta: Meta) -> tuple[int | None, int | None, int | None, int | None, int | None, int | None, str | None]:
+def _identity(
+    meta: Meta,
+) -> tuple[int | None, int | None, int | None, int | None, int | None, int | None, str | None]:
     """``(rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname)``."""
     global_rank = _opt_int(meta.get("global_rank"))
     rank = global_rank if global_rank is not None else _opt_int(meta.get("rank"))

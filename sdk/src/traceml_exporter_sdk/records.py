@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypedDict, TypeVar, Union
+from typing import Any, ClassVar, Protocol, TypedDict, TypeVar
 
 __all__ = [
     "RECORD_TYPES",
@@ -108,7 +108,7 @@ def _finish(stream: str) -> Any:
         to_dict = namespace["to_dict"]
         to_dict.__qualname__ = f"{cls.__qualname__}.to_dict"
         to_dict.__doc__ = _RecordBase.to_dict.__doc__
-        cls.__init__ = init  # type: ignore[misc]
+        cls.__init__ = init  # type: ignore[method-assign]
         cls.to_dict = to_dict  # type: ignore[method-assign]
         return cls
 
@@ -261,15 +261,15 @@ class StdoutStderrRecord(_RecordBase):
     line: str
 
 
-Record = Union[
-    StepTimeRecord,
-    StepMemoryRecord,
-    SystemRecord,
-    SystemGpuRecord,
-    ProcessRecord,
-    RuntimeEnvironmentRecord,
-    StdoutStderrRecord,
-]
+Record = (
+    StepTimeRecord
+    | StepMemoryRecord
+    | SystemRecord
+    | SystemGpuRecord
+    | ProcessRecord
+    | RuntimeEnvironmentRecord
+    | StdoutStderrRecord
+)
 """Any of the SDK's seven record classes."""
 
 RECORD_TYPES: tuple[type[Record], ...] = (
