@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from .context import ExporterContext
+from .exporter import Exporter, ExporterFactory
+from .factory import (
+    ExporterSettingError,
+    FactoryFailure,
+    check_exporter_setting,
+    load_exporter,
+)
+from .jsonl import JsonlExporter
 from .mapping import records_from_payload
 from .records import (
     RECORD_TYPE_BY_STREAM,
@@ -26,6 +35,7 @@ from .streams import (
     EXPORT_STREAM_NAMES,
     parse_export_streams,
 )
+from .worker import ExportFailure, ExportReport, ExportWorker
 
 __version__ = "0.1.0"
 
@@ -37,7 +47,16 @@ __all__ = [
     "RECORD_TYPE_BY_STREAM",
     "SCHEMA_VERSION",
     "EventStats",
+    "ExportFailure",
     "ExportRecord",
+    "ExportReport",
+    "ExportWorker",
+    "Exporter",
+    "ExporterContext",
+    "ExporterFactory",
+    "ExporterSettingError",
+    "FactoryFailure",
+    "JsonlExporter",
     "ProcessRecord",
     "Record",
     "RecordBatch",
@@ -48,6 +67,8 @@ __all__ = [
     "SystemGpuRecord",
     "SystemRecord",
     "__version__",
+    "check_exporter_setting",
+    "load_exporter",
     "parse_export_streams",
     "records_from_payload",
     "stream_key",

@@ -1,0 +1,151 @@
+"""The ``exporter`` setting: its form check and the ``module:factory`` loader."""
+
+from __future__ import annotations
+
+import importlib
+import keyword
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from .context import ExporterContext
+from .exporter import Exporter
+
+__all__ = [
+    "BUILTIN_EXPORTERS",
+    "ExporterSettingError",
+    "FactoryFailure",
+    "call_factory",
+    "check_exporter_setting",
+    "load_exporter",
+]
+
+BUILTIN_EXPORTERS = ("jsonl",)
+"""Setting values that name a built-in exporter instead of ``module:factory``."""
+
+ACCEPTED_FORM = (
+    "accepted: 'jsonl', or 'module:factory' - a dotted module path, one colon and one "
+    "identifier, e.g. 'my_exporters:make_exporter' or 'pkg.sub.mod:make_exporter'"
+)
+
+FailureKind = Literal["setting", "import", "attribute", "exception", "system_exit", "none"]
+
+
+class ExporterSettingError(ValueError):
+    """The exporter setting is not of an accepted form; the message shows the form."""
+
+
+@dataclass(frozen=True, slots=True)
+class FactoryFailure:
+    """Why ``module:factory`` gave no exporter; TraceML treats it like a failed ``open``."""
+
+    setting: str
+    kind: FailureKind
+    error: str
+
+    @property
+    def message(self) -> str:
+        """The one log line TraceML writes for it, with the ``[TraceML]`` prefix."""
+        return (
+            f"[TraceML] exporter {self.setting!r} could not be loaded ({self.kind}): {self.error}"
+        )
+
+
+def _is_name(part: str) -> bool:
+    return part.isidentifier() and not keyword.iskeyword(part)
+
+
+def check_exporter_setting(value: object) -> str:
+    """Check the setting's form without importing anything; return it unchanged.
+
+    Raises:
+        ExporterSettingError: empty parts, not exactly one colon, whitespace,
+            slashes or a file path, a part that is not an identifier or is a
+            keyword. The message names what was wrong and the accepted form.
+    """
+    if not isinstance(value, str):
+        raise ExporterSettingError(
+            f"exporter setting must be a string, got {type(value).__name__}; {ACCEPTED_FORM}"
+        )
+    if value in BUILTIN_EXPORTERS:
+        return value
+    problem = _form_problem(value)
+    if problem:
+        raise ExporterSettingError(f"exporter setting {value!r}: {problem}; {ACCEPTED_FORM}")
+    return value
+
+
+def _form_problem(value: str) -> str | None:
+    if not value:
+        return "it is empty"
+    if value != value.strip() or any(ch.isspace() for ch in value):
+        return "it contains whitespace"
+    if "/" in value or "\\" in value or value.endswith(".py"):
+        return "it looks like a file path; name the module by its import path instead"
+    if value.count(":") != 1:
+        return f"it needs exactly one colon, found {value.count(':')}"
+    module, attribute = value.split(":")
+    if not module:
+        return "the module path before the colon is empty"
+    if not attribute:
+        return "the factory name after the colon is empty"
+    if "." in attribute:
+        return f"the factory {attribute!r} must be one identifier, not a dotted path"
+    for part in module.split("."):
+        if not part:
+            return f"the module path {module!r} has an empty part"
+        if not _is_name(part):
+            return f"{part!r} in the module path is not an identifier (or is a keyword)"
+    if not _is_name(attribute):
+        return f"the factory {attribute!r} is not an identifier (or is a keyword)"
+    return None
+
+
+def load_exporter(setting: str, context: ExporterContext) -> Exporter | FactoryFailure:
+    """Resolve the setting to an exporter on the calling thread, as TraceML's aggregator does.
+
+    ``jsonl`` gives the built-in exporter. ``module:factory`` imports the module,
+    reads the attribute and calls ``factory(context)``. Every failure (a bad
+    form, an import error, a missing attribute, any exception or ``SystemExit``
+    from the module or the factory, a factory that returns None) comes back as
+    a ``FactoryFailure``; nothing escapes to the caller.
+    """
+    try:
+        check_exporter_setting(setting)
+    except ExporterSettingError as exc:
+        return FactoryFailure(str(setting), "setting", str(exc))
+    if setting == "jsonl":
+        from .jsonl import JsonlExporter
+
+        return JsonlExporter(context)
+    module_name, attribute = setting.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except SystemExit as exc:
+        return FactoryFailure(setting, "system_exit", f"importing {module_name!r}: {exc!r}")
+    except ImportError as exc:
+        return FactoryFailure(setting, "import", f"cannot import {module_name!r}: {exc}")
+    except Exception as exc:
+        return FactoryFailure(setting, "exception", f"importing {module_name!r} raised {exc!r}")
+    try:
+        factory = getattr(module, attribute)
+    except AttributeError:
+        return FactoryFailure(
+            setting, "attribute", f"module {module_name!r} has no attribute {attribute!r}"
+        )
+    return call_factory(factory, context, setting)
+
+
+def call_factory(
+    factory: Callable[[ExporterContext], object], context: ExporterContext, label: str
+) -> Exporter | FactoryFailure:
+    """Call ``factory(context)``; an exception, ``SystemExit`` or None becomes a failure."""
+    try:
+        exporter = factory(context)
+    except SystemExit as exc:
+        return FactoryFailure(label, "system_exit", f"the factory raised {exc!r}")
+    except Exception as exc:
+        return FactoryFailure(label, "exception", f"the factory raised {exc!r}")
+    if exporter is None:
+        return FactoryFailure(label, "none", "the factory returned None, not an exporter")
+    return exporter  # type: ignore[return-value]
