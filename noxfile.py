@@ -26,11 +26,17 @@ nox.options.download_python = "never"
 
 
 def _expose_pyenv_interpreters() -> None:
-    """Let ``python3.X`` shims resolve every pyenv-installed CPython, not just the global one."""
+    """Let ``python3.X`` shims resolve every pyenv-installed CPython, not just the active one.
+
+    ``pyenv exec`` (how a shimmed ``nox`` starts) pins PYENV_VERSION to one version;
+    the other installed 3.10+ versions are appended after it.
+    """
     root = os.environ.get("PYENV_ROOT")
-    if not root or os.environ.get("PYENV_VERSION"):
+    if not root:
         return
-    versions = sorted(p.name for p in Path(root, "versions").glob("3.1[0-9].*") if p.is_dir())
+    active = [v for v in os.environ.get("PYENV_VERSION", "").split(":") if v]
+    installed = sorted(p.name for p in Path(root, "versions").glob("3.1[0-9].*") if p.is_dir())
+    versions = active + [v for v in installed if v not in active]
     if versions:
         os.environ["PYENV_VERSION"] = ":".join(versions)
 
