@@ -1,0 +1,136 @@
+"""The pytest plugin of the conformance suite (entry point ``pytest11: traceml_exporter``).
+
+Installed with the SDK it is active in every pytest run, so it stays cheap: it
+adds two options and a terminal summary line, and imports the suite only when
+``--traceml-exporter`` is given::
+
+    pytest --traceml-exporter my_pkg.exporter:make_exporter
+    pytest -p traceml_exporter_sdk.testing.plugin --traceml-exporter jsonl
+
+``--traceml-exporter SPEC`` collects the full suite for ``SPEC`` (a
+``module:factory`` value, or ``jsonl``) with no test file; with no path on the
+command line it collects nothing else. ``--traceml-read-back MODULE:FUNCTION``
+names a ``read_back(context)`` function that turns the data-fidelity checks on
+(the built-in jsonl exporter has one already).
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ENTRY_POINT_NAME = "traceml_exporter"
+THROUGHPUT_PROPERTY = "traceml_exporter_records_per_second"
+"""The ``user_properties`` key under which the throughput check reports its figure."""
+
+_SUITE_MODULE = "traceml_exporter_conformance"
+
+
+def pytest_plugin_registered(plugin: object, plugin_name: str, manager: Any) -> None:
+    """Keep ``-p traceml_exporter_sdk.testing.plugin`` working beside the entry point.
+
+    ``-p`` registers this module under its module name before pytest loads the
+    ``pytest11`` entry points; registering the same module again under the
+    entry point's name would fail, so block that name instead.
+    """
+    if plugin is _this_module() and plugin_name != ENTRY_POINT_NAME:
+        if not manager.has_plugin(ENTRY_POINT_NAME) and not manager.is_blocked(ENTRY_POINT_NAME):
+            manager.set_blocked(ENTRY_POINT_NAME)
+
+
+def _this_module() -> types.ModuleType:
+    import sys
+
+    return sys.modules[__name__]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("traceml-exporter", "TraceML exporter conformance suite")
+    group.addoption(
+        "--traceml-exporter",
+        action="store",
+        dest="traceml_exporter",
+        default=None,
+        metavar="SPEC",
+        help="run the exporter conformance suite against SPEC, a 'module:factory' value "
+        "(or 'jsonl'), with no test file",
+    )
+    group.addoption(
+        "--traceml-read-back",
+        action="store",
+        dest="traceml_read_back",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="a read_back(context) function for --traceml-exporter; turns the "
+        "data-fidelity checks on",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    spec = config.getoption("traceml_exporter")
+    if not spec:
+        if config.getoption("traceml_read_back"):
+            raise pytest.UsageError("--traceml-read-back needs --traceml-exporter SPEC")
+        return
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        # Only the suite for SPEC: do not also collect the current directory.
+        config.args = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    spec = config.getoption("traceml_exporter")
+    if not spec:
+        return
+    from .conformance import spec_test_class
+
+    read_back = config.getoption("traceml_read_back")
+    try:
+        cls = spec_test_class(spec, read_back=read_back)
+    except (TypeError, ValueError) as exc:
+        raise pytest.UsageError(f"--traceml-exporter {spec!r}: {exc}") from None
+    module = _SpecModule.from_parent(
+        session,
+        path=Path(__file__),
+        name=f"traceml-exporter[{spec}]",
+        nodeid=f"traceml-exporter[{spec}]",
+    )
+    module.spec_class = cls
+    items[:0] = list(session.genitems(module))
+
+
+class _SpecModule(pytest.Module):
+    """A test module with no file: one ``TestExporter`` class for the given spec."""
+
+    spec_class: type[Any]
+
+    def _getobj(self) -> types.ModuleType:
+        module = types.ModuleType(_SUITE_MODULE, "The conformance suite for --traceml-exporter.")
+        module.TestExporter = self.spec_class  # type: ignore[attr-defined]
+        self.spec_class.__module__ = _SUITE_MODULE
+        return module
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        self.session._fixturemanager.parsefactories(self)
+        return [pytest.Class.from_parent(self, name="TestExporter", obj=self.spec_class)]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line per throughput check: the exporter's records/s and the floor."""
+    lines = []
+    for key in ("passed", "failed"):
+        for report in terminalreporter.stats.get(key, []):
+            props = dict(getattr(report, "user_properties", ()) or ())
+            if THROUGHPUT_PROPERTY in props and getattr(report, "when", "call") == "call":
+                figure = props[THROUGHPUT_PROPERTY]
+                floor = props.get("traceml_exporter_throughput_floor")
+                lines.append(f"{report.nodeid}: {figure:,.0f} records/s (floor {floor:,})")
+    if lines:
+        terminalreporter.section("TraceML exporter throughput")
+        for line in lines:
+            terminalreporter.write_line(line)
