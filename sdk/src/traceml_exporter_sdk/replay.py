@@ -1,0 +1,217 @@
+"""Read recorded telemetry payloads back from a file, for ``traceml-exporter replay``.
+
+Two formats:
+
+- ``jsonl``: JSON Lines, one payload (an envelope dict or a list of them) per line;
+  blank lines are passed over.
+- ``msgpack``: a stream of MessagePack messages as TraceML's TCP transport sends
+  them: each message is a 4-byte big-endian length, then that many bytes of
+  MessagePack (one payload). Decoded with ``msgspec`` (the SDK's ``msgpack`` extra).
+
+A line or frame that cannot be decoded is *malformed*: it is counted, its
+line (or frame) number and the reason are kept, and reading goes on. Only a
+truncated msgpack frame ends the stream early, because nothing after it can be
+found again; that is recorded as malformed too. Decoded values are handed on
+as they are: whatever is not an envelope is for ``records_from_payload`` to
+count as a skipped unit, as TraceML's aggregator would.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import orjson
+
+__all__ = [
+    "FORMATS",
+    "MISSING_MSGSPEC",
+    "Malformed",
+    "PayloadFormat",
+    "PayloadReader",
+    "detect_format",
+    "frame",
+]
+
+PayloadFormat = Literal["jsonl", "msgpack"]
+FORMATS: tuple[PayloadFormat, ...] = ("jsonl", "msgpack")
+
+MISSING_MSGSPEC = (
+    "reading msgpack payloads needs msgspec; install it with "
+    "pip install 'traceml-exporter-sdk[msgpack]'"
+)
+
+MAX_KEPT = 1000
+"""Malformed lines whose number and reason are kept (all are counted)."""
+
+_HEADER = struct.Struct("!I")
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """One line or frame that could not be decoded (numbers count from 1)."""
+
+    number: int
+    reason: str
+    offset: int = 0
+
+
+def frame(message: bytes) -> bytes:
+    """One transport frame: the 4-byte big-endian length, then the message."""
+    return _HEADER.pack(len(message)) + message
+
+
+def detect_format(path: Path) -> PayloadFormat:
+    """``jsonl`` when the file starts like JSON text, ``msgpack`` when it starts like a frame.
+
+    A frame starts with a length whose high byte is 0 for any message under
+    16 MiB, so its first byte is NUL, which JSON text never starts with. An
+    empty file is ``jsonl`` (with no payloads).
+    """
+    with path.open("rb") as fh:
+        head = fh.read(5)
+    stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    if not head or stripped[:1] in (b"{", b"[") or not stripped:
+        return "jsonl"
+    if len(head) >= 5 and head[0] == 0:
+        return "msgpack"
+    return "jsonl"
+
+
+@dataclass
+class PayloadReader:
+    """Iterate the payloads of one file; ``malformed`` and ``position`` update as it reads.
+
+    Raises on iteration:
+        OSError: the file cannot be read.
+        ImportError: the msgpack format without msgspec installed (message: MISSING_MSGSPEC).
+    """
+
+    path: Path
+    format: PayloadFormat
+    malformed_count: int = 0
+    malformed: list[Malformed] = field(default_factory=list)
+    payloads: int = 0
+    position: int = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.format == "msgpack":
+            return self._msgpack()
+        return self._jsonl()
+
+    def _bad(self, number: int, reason: str, offset: int) -> None:
+        self.malformed_count += 1
+        if len(self.malformed) < MAX_KEPT:
+            self.malformed.append(Malformed(number, reason, offset))
+
+    def _jsonl(self) -> Iterator[Any]:
+        loads = orjson.loads
+        with self.path.open("rb") as fh:
+            number = 0
+            for line in fh:
+                number += 1
+                offset = self.position
+                self.position += len(line)
+                if not line.strip():
+                    continue
+                try:
+                    payload = loads(line)
+                except orjson.JSONDecodeError as exc:
+                    payload = _stdlib_json(line, exc)
+                    if isinstance(payload, _Bad):
+                        self._bad(number, payload.reason, offset)
+                        continue
+                self.payloads += 1
+                yield payload
+
+    def _msgpack(self) -> Iterator[Any]:
+        decode = _msgpack_decoder()
+        with self.path.open("rb") as fh:
+            buffer = b""
+            start = 0
+            number = 0
+            eof = False
+            while True:
+                if len(buffer) - start < _HEADER.size and not eof:
+                    buffer, start, eof = _refill(fh, buffer, start, _HEADER.size)
+                available = len(buffer) - start
+                if available == 0:
+                    return
+                number += 1
+                frame_offset = self.position
+                if available < _HEADER.size:
+                    self._bad(
+                        number, f"truncated frame header ({available} of 4 bytes)", frame_offset
+                    )
+                    self.position += available
+                    return
+                (length,) = _HEADER.unpack_from(buffer, start)
+                if len(buffer) - start - _HEADER.size < length and not eof:
+                    buffer, start, eof = _refill(fh, buffer, start, _HEADER.size + length)
+                body_available = len(buffer) - start - _HEADER.size
+                if body_available < length:
+                    self._bad(
+                        number,
+                        f"truncated frame: the header says {length} bytes, {body_available} "
+                        "remain; nothing after it can be read",
+                        frame_offset,
+                    )
+                    self.position += len(buffer) - start
+                    return
+                body = buffer[start + _HEADER.size : start + _HEADER.size + length]
+                start += _HEADER.size + length
+                self.position += _HEADER.size + length
+                try:
+                    payload = decode(body)
+                except Exception as exc:
+                    self._bad(number, f"not valid MessagePack: {_one_line(exc)}", frame_offset)
+                    continue
+                self.payloads += 1
+                yield payload
+
+
+def _refill(fh: IO[bytes], buffer: bytes, start: int, need: int) -> tuple[bytes, int, bool]:
+    """Keep the unread tail and read until ``need`` bytes are there or the file ends."""
+    parts = [buffer[start:]]
+    have = len(parts[0])
+    eof = False
+    while have < need:
+        chunk = fh.read(max(_CHUNK, need - have))
+        if not chunk:
+            eof = True
+            break
+        parts.append(chunk)
+        have += len(chunk)
+    return b"".join(parts), 0, eof
+
+
+@dataclass(frozen=True, slots=True)
+class _Bad:
+    reason: str
+
+
+def _stdlib_json(line: bytes, error: Exception) -> Any:
+    """Retry with ``json`` (orjson rejects integers past 64 bits and NaN); else _Bad."""
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return _Bad(f"not valid JSON: {_one_line(error)}")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _msgpack_decoder() -> Callable[[bytes], Any]:
+    try:
+        msgpack = importlib.import_module("msgspec.msgpack")
+    except ImportError:
+        raise ImportError(MISSING_MSGSPEC) from None
+    decoder: Callable[[bytes], Any] = msgpack.Decoder().decode
+    return decoder
