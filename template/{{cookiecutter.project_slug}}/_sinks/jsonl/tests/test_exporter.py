@@ -1,0 +1,156 @@
+"""Unit tests of the JSON Lines layout and its guarantees (the suite checks the contract)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker
+
+from {{ cookiecutter.package_name }}.exporter import (
+    SUMMARY_FILE,
+    {{ cookiecutter.exporter_class }},
+    encode_line,
+    make_exporter,
+    read_export,
+)
+
+ByStream = dict[str, list[dict[str, Any]]]
+Expected = Callable[[list[ExportRecord], bool], ByStream]
+
+
+def read(export_dir: Path) -> ByStream:
+    """Every ``<stream>.jsonl`` file of ``export_dir``, decoded line by line."""
+    return read_export(export_dir)
+
+
+def run(context: ExporterContext, *batches: list[ExportRecord], dropped: int = 0) -> None:
+    exporter = make_exporter(context)
+    exporter.open()
+    for batch in batches:
+        exporter.write(batch)
+        exporter.flush()
+    exporter.close(dropped_batches=dropped)
+
+
+def test_factory_only_stores_settings(context: ExporterContext) -> None:
+    exporter = make_exporter(context)
+    assert isinstance(exporter, {{ cookiecutter.exporter_class }})
+    assert not context.session_root.exists()
+
+
+def test_one_file_per_selected_stream(tmp_path: Path) -> None:
+    context = ExporterContext.create(tmp_path, export_streams="system,step_time")
+    run(context)
+    assert sorted(p.name for p in context.export_dir.glob("*.jsonl")) == [
+        "step_time.jsonl",
+        "system.jsonl",
+        "system_gpu.jsonl",
+    ]
+
+
+def test_lines_are_to_dict_without_hostname(
+    context: ExporterContext, records: list[ExportRecord], expected: Expected
+) -> None:
+    run(context, records[:4], records[4:])
+    written = read(context.export_dir)
+    assert {s: rows for s, rows in written.items() if rows} == expected(records, False)
+    assert all("hostname" not in row for rows in written.values() for row in rows)
+
+
+def test_hostname_kept_when_asked(
+    hostname_context: ExporterContext, records: list[ExportRecord], expected: Expected
+) -> None:
+    run(hostname_context, records)
+    written = read(hostname_context.export_dir)
+    assert {s: rows for s, rows in written.items() if rows} == expected(records, True)
+    assert written["step_time"][1]["hostname"] is None
+
+
+def test_records_of_other_classes_are_written_the_same(
+    tmp_path: Path,
+    records: list[ExportRecord],
+    foreign: Callable[[ExportRecord], ExportRecord],
+) -> None:
+    ours = ExporterContext.create(tmp_path / "sdk", export_streams="all")
+    theirs = ExporterContext.create(tmp_path / "foreign", export_streams="all")
+    run(ours, records)
+    run(theirs, [foreign(record) for record in records])
+    assert read(theirs.export_dir) == read(ours.export_dir)
+
+
+def test_flush_fsyncs_every_file(
+    context: ExporterContext, records: list[ExportRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    exporter = make_exporter(context)
+    exporter.open()
+    exporter.write(records)
+    exporter.flush()
+    assert len(synced) == len(context.streams)
+    exporter.close()
+
+
+def test_unflushed_lines_survive_close_and_summary_counts(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    exporter = make_exporter(context)
+    exporter.open()
+    exporter.write(records)
+    exporter.close(dropped_batches=3)
+    summary = json.loads((context.export_dir / SUMMARY_FILE).read_text("utf-8"))
+    assert summary["dropped_batches"] == 3
+    assert summary["written_records"]["step_time"] == 3
+    assert sum(summary["written_records"].values()) == len(records)
+    assert sum(len(rows) for rows in read(context.export_dir).values()) == len(records)
+
+
+def test_a_second_run_appends(context: ExporterContext, records: list[ExportRecord]) -> None:
+    run(context, records)
+    run(context, records)
+    assert sum(len(rows) for rows in read(context.export_dir).values()) == 2 * len(records)
+
+
+def test_integers_beyond_64_bits_stay_exact() -> None:
+    big = {"stream": "step_time", "timestamp_unix_ns": 2**70, "seq": -(2**65)}
+    assert json.loads(encode_line(big)) == big
+    assert encode_line({"a": 1}) == b'{"a":1}\n'
+
+
+def test_calls_out_of_order_raise(context: ExporterContext, records: list[ExportRecord]) -> None:
+    exporter = make_exporter(context)
+    with pytest.raises(RuntimeError, match="open"):
+        exporter.write(records)
+    exporter.open()
+    exporter.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        exporter.write(records)
+
+
+def test_open_fails_cleanly_when_export_dir_is_a_file(context: ExporterContext) -> None:
+    context.export_dir.parent.mkdir(parents=True)
+    context.export_dir.write_text("in the way")
+    exporter = make_exporter(context)
+    with pytest.raises(OSError, match="export"):
+        exporter.open()
+
+
+def test_driven_by_the_export_worker(context: ExporterContext, records: list[ExportRecord]) -> None:
+    """open/write/flush/close on the worker's own thread, exactly as TraceML calls them."""
+    worker = ExportWorker(make_exporter, context).start()
+    worker.submit_records(records)
+    report = worker.shutdown()
+    assert report.failure is None
+    assert report.delivered_records == len(records)
+    assert sum(len(rows) for rows in read(context.export_dir).values()) == len(records)

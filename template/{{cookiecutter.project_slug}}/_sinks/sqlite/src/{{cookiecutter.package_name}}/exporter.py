@@ -1,0 +1,264 @@
+"""{{ cookiecutter.exporter_class }}: one SQLite table per stream, in one database file.
+
+Select it in TraceML with ``{{ cookiecutter.package_name }}.exporter:make_exporter``.
+
+The database is ``<export_dir>/records.sqlite3`` (``export_dir`` is
+``<session_root>/aggregator/export``), in WAL mode so readers never block the
+exporter. Each stream gets the table ``"<STREAM>"`` with one column per name of
+the record's ``COLUMNS`` (after a leading ``schema_version``), created when
+the first record of that stream arrives; ``hostname`` is left out unless
+``context.include_hostname``. Values are stored as they are (the columns have
+no type affinity, so 0 stays 0, 0.0 stays 0.0 and None stays NULL), except a
+map or list such as StepTimeRecord's ``events``, which is stored as JSON text
+in a column declared ``TEXT``. Rows keep arrival order (``rowid``).
+``_export_runs`` gets one row per ``close()``, with ``dropped_batches``.
+
+Transactions: each ``write`` batch is applied inside one transaction (all of
+its rows or none, through a savepoint), and ``flush`` and ``close`` commit,
+with ``synchronous=FULL``: what TraceML counts as delivered (flushed) is
+exactly what is committed and on disk.
+
+The rules of TraceML's export contract this class keeps:
+
+* the factory only stores settings; the connection is created in ``open()``,
+  on the export worker's thread (a sqlite3 connection refuses any other thread);
+* records are told apart by ``record.STREAM``, never by their class;
+* ``close(*, dropped_batches=0)`` commits what was written and closes the connection;
+* a failure is raised, not hidden: the worker then stops using the exporter
+  and records the loss in ``finalization_warning.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._contract import ExporterContext, ExportRecord
+
+__all__ = [
+    "DATABASE_FILE",
+    "RUNS_TABLE",
+    "{{ cookiecutter.exporter_class }}",
+    "make_exporter",
+    "read_export",
+]
+
+DATABASE_FILE = "records.sqlite3"
+RUNS_TABLE = "_export_runs"
+"""One row per ``close()``: ``closed_unix_ns``, ``dropped_batches``, ``written_records`` (JSON)."""
+
+JSON_TYPE = "TEXT"
+"""Declared type of the columns that hold JSON text (maps and lists, e.g. ``events``)."""
+
+
+def quote(name: str) -> str:
+    """Quote a STREAM or column name as an SQL identifier; refuse anything but a plain name."""
+    if not name.isidentifier():
+        raise ValueError(f"{name!r} is not a plain name; refusing to use it as a table or column")
+    return f'"{name}"'
+
+
+def to_json(value: Any) -> str:
+    """JSON text for a map or list column; exact for floats and big integers."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """How rows of one stream are inserted."""
+
+    columns: tuple[str, ...]
+    json_positions: tuple[int, ...]
+    insert: str
+
+
+class {{ cookiecutter.exporter_class }}:
+    """Insert every record as one row of the table named by its ``record.STREAM``."""
+
+    def __init__(
+        self, database: Path, streams: Sequence[str], *, include_hostname: bool = False
+    ) -> None:
+        # No connection here: the factory runs on another thread than open/write/flush/close.
+        self.database = database
+        self.streams = tuple(streams)
+        self.include_hostname = include_hostname
+        self._conn: sqlite3.Connection | None = None
+        self._tables: dict[str, _Table] = {}
+        self._written: dict[str, int] = {}
+        self._state = "new"
+
+    def open(self) -> None:
+        """Create the folder and connect; WAL journal, full sync on commit."""
+        if self._state != "new":
+            raise RuntimeError(f"open() called on a {self._state} exporter")
+        self._state = "closed"  # until the connection is ready
+        self.database.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: no implicit transactions; BEGIN/COMMIT are explicit below.
+        conn = sqlite3.connect(self.database, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {quote(RUNS_TABLE)} "
+                "(closed_unix_ns INTEGER, dropped_batches INTEGER, written_records TEXT)"
+            )
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        self._state = "open"
+
+    def write(self, records: Sequence[ExportRecord]) -> None:
+        """Insert the batch, all of it or none, into the transaction that flush commits."""
+        conn = self._connection("write")
+        if not conn.in_transaction:
+            conn.execute("BEGIN")
+        conn.execute("SAVEPOINT batch")
+        created: list[str] = []
+        try:
+            rows: dict[str, list[list[Any]]] = {}
+            for record in records:
+                data = record.to_dict()
+                stream = record.STREAM
+                table = self._tables.get(stream)
+                if table is None:
+                    table = self._prepare(conn, stream, record.COLUMNS, data)
+                    created.append(stream)
+                values = [data[name] for name in table.columns]
+                for position in table.json_positions:
+                    values[position] = to_json(values[position])
+                batch = rows.get(stream)
+                if batch is None:
+                    batch = rows[stream] = []
+                batch.append(values)
+            for stream, batch in rows.items():
+                conn.executemany(self._tables[stream].insert, batch)
+        except BaseException:
+            conn.execute("ROLLBACK TO batch")
+            conn.execute("RELEASE batch")
+            for stream in created:  # their CREATE/ALTER TABLE was rolled back too
+                del self._tables[stream]
+            raise
+        conn.execute("RELEASE batch")
+        for stream, batch in rows.items():
+            self._written[stream] = self._written.get(stream, 0) + len(batch)
+
+    def flush(self) -> None:
+        """Commit everything written so far."""
+        conn = self._connection("flush")
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+
+    def close(self, *, dropped_batches: int = 0) -> None:
+        """Commit, log this run in ``_export_runs`` and close the connection.
+
+        ``dropped_batches`` is the number of payload batches TraceML's worker
+        never handed to ``write``: one count for the whole worker.
+        """
+        conn = self._connection("close")
+        self._state = "closed"
+        try:
+            if not conn.in_transaction:
+                conn.execute("BEGIN")
+            conn.execute(
+                f"INSERT INTO {quote(RUNS_TABLE)} VALUES (?, ?, ?)",  # noqa: S608 - quoted constant
+                (time.time_ns(), dropped_batches, to_json(self._written)),
+            )
+            conn.execute("COMMIT")
+        finally:
+            self._conn = None
+            conn.close()
+
+    def _connection(self, method: str) -> sqlite3.Connection:
+        if self._state != "open" or self._conn is None:
+            raise RuntimeError(f"{method}() called on a {self._state} exporter; call open() first")
+        return self._conn
+
+    def _prepare(
+        self,
+        conn: sqlite3.Connection,
+        stream: str,
+        record_columns: Sequence[str],
+        sample: dict[str, Any],
+    ) -> _Table:
+        """Create (or widen) the stream's table from the first record seen of it."""
+        kept = (name for name in record_columns if self.include_hostname or name != "hostname")
+        columns = ("schema_version", *kept)
+        json_positions = tuple(
+            i for i, name in enumerate(columns) if isinstance(sample[name], (dict, list))
+        )
+        declared = [
+            f"{quote(name)} {JSON_TYPE}" if i in json_positions else quote(name)
+            for i, name in enumerate(columns)
+        ]
+        table = quote(stream)
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(declared)})")
+        existing = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        for name, declaration in zip(columns, declared, strict=True):
+            if name not in existing:  # a later schema added a field
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {declaration}")
+        names = ", ".join(map(quote, columns))
+        placeholders = ", ".join("?" * len(columns))
+        insert = f"INSERT INTO {table} ({names}) VALUES ({placeholders})"  # noqa: S608 - quoted names
+        prepared = self._tables[stream] = _Table(columns, json_positions, insert)
+        return prepared
+
+
+def make_exporter(context: ExporterContext) -> {{ cookiecutter.exporter_class }}:
+    """The factory TraceML calls as ``factory(context)`` on the aggregator's main thread."""
+    return {{ cookiecutter.exporter_class }}(
+        context.export_dir / DATABASE_FILE,
+        context.streams,
+        include_hostname=context.include_hostname,
+    )
+
+
+def read_export(
+    database: Path, streams: Iterable[str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Read back what the exporter committed: stream -> its rows as dicts, in arrival order.
+
+    Each dict is the record's ``to_dict()`` as stored (``stream`` from the
+    table name, JSON text columns decoded). ``streams`` defaults to every
+    stream table; a stream with no table reads as an empty list.
+    """
+    out: dict[str, list[dict[str, Any]]] = {}
+    if not database.exists():
+        return {stream: [] for stream in streams or ()}
+    conn = sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        if streams is None:
+            streams = [
+                name
+                for (name,) in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+                )
+                if name != RUNS_TABLE
+            ]
+        for stream in streams:
+            table = quote(stream)
+            info = conn.execute(f"PRAGMA table_info({table})").fetchall()
+            if not info:
+                out[stream] = []
+                continue
+            names = [row[1] for row in info]
+            decode = {row[1] for row in info if row[2] == JSON_TYPE}
+            rows = conn.execute(f"SELECT * FROM {table} ORDER BY rowid")  # noqa: S608 - quoted
+            out[stream] = [
+                {
+                    "stream": stream,
+                    **{
+                        name: json.loads(value) if name in decode and value is not None else value
+                        for name, value in zip(names, values, strict=True)
+                    },
+                }
+                for values in rows
+            ]
+    finally:
+        conn.close()
+    return out

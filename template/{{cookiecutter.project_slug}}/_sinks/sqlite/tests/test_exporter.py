@@ -1,0 +1,200 @@
+"""Unit tests of the SQLite layout and its guarantees (the suite checks the contract)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker
+
+from {{ cookiecutter.package_name }}.exporter import (
+    DATABASE_FILE,
+    RUNS_TABLE,
+    {{ cookiecutter.exporter_class }},
+    make_exporter,
+    quote,
+    read_export,
+)
+
+ByStream = dict[str, list[dict[str, Any]]]
+Expected = Callable[[list[ExportRecord], bool], ByStream]
+
+
+def database(context: ExporterContext) -> Path:
+    return context.export_dir / DATABASE_FILE
+
+
+def read(context: ExporterContext) -> ByStream:
+    return {s: rows for s, rows in read_export(database(context)).items() if rows}
+
+
+def count(context: ExporterContext, stream: str) -> int:
+    """Rows of ``stream`` that another connection sees, i.e. committed ones."""
+    return len(read_export(database(context), [stream])[stream])
+
+
+def run(context: ExporterContext, *batches: list[ExportRecord], dropped: int = 0) -> None:
+    exporter = make_exporter(context)
+    exporter.open()
+    for batch in batches:
+        exporter.write(batch)
+        exporter.flush()
+    exporter.close(dropped_batches=dropped)
+
+
+def test_factory_only_stores_settings(context: ExporterContext) -> None:
+    exporter = make_exporter(context)
+    assert isinstance(exporter, {{ cookiecutter.exporter_class }})
+    assert not context.session_root.exists()
+
+
+def test_wal_and_one_table_per_stream_from_columns(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    run(context, records)
+    with sqlite3.connect(database(context)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        info = conn.execute('PRAGMA table_info("step_time")').fetchall()
+    step_columns = tuple(c for c in records[0].COLUMNS if c != "hostname")
+    assert tuple(row[1] for row in info) == ("schema_version", *step_columns)
+    assert {row[1]: row[2] for row in info}["events"] == "TEXT"
+    assert set(read(context)) == {r.STREAM for r in records}
+
+
+def test_rows_are_to_dict_without_hostname(
+    context: ExporterContext, records: list[ExportRecord], expected: Expected
+) -> None:
+    run(context, records[:4], records[4:])
+    assert read(context) == expected(records, False)
+
+
+def test_hostname_kept_when_asked(
+    hostname_context: ExporterContext, records: list[ExportRecord], expected: Expected
+) -> None:
+    run(hostname_context, records)
+    assert read(hostname_context) == expected(records, True)
+
+
+def test_events_are_json_text(context: ExporterContext, records: list[ExportRecord]) -> None:
+    run(context, records[:1])
+    with sqlite3.connect(database(context)) as conn:
+        (text,) = conn.execute('SELECT events FROM "step_time"').fetchone()
+    assert json.loads(text) == records[0].to_dict()["events"]
+
+
+def test_records_of_other_classes_are_written_the_same(
+    tmp_path: Path,
+    records: list[ExportRecord],
+    foreign: Callable[[ExportRecord], ExportRecord],
+) -> None:
+    ours = ExporterContext.create(tmp_path / "sdk", export_streams="all")
+    theirs = ExporterContext.create(tmp_path / "foreign", export_streams="all")
+    run(ours, records)
+    run(theirs, [foreign(record) for record in records])
+    assert read(theirs) == read(ours)
+
+
+def test_writes_are_committed_by_flush(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    exporter = make_exporter(context)
+    exporter.open()
+    exporter.write(records)
+    exporter.write(records)
+    assert count(context, "step_time") == 0
+    exporter.flush()
+    assert count(context, "step_time") == 6
+    exporter.close()
+
+
+def test_a_failing_batch_leaves_none_of_its_rows(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    class Broken:
+        STREAM: ClassVar[str] = "step_time"
+        SCHEMA_VERSION: ClassVar[int] = 1
+        COLUMNS: ClassVar[tuple[str, ...]] = records[0].COLUMNS
+
+        def to_dict(self) -> dict[str, Any]:
+            raise RuntimeError("unreadable record")
+
+    broken: ExportRecord = Broken()
+    exporter = make_exporter(context)
+    exporter.open()
+    exporter.write(records[:1])
+    with pytest.raises(RuntimeError, match="unreadable"):
+        exporter.write([records[0], records[6], broken])
+    exporter.write(records[6:7])
+    exporter.close()
+    assert {stream: len(rows) for stream, rows in read(context).items()} == {
+        "step_time": 1,
+        "stdout_stderr": 1,
+    }
+
+
+def test_close_commits_unflushed_writes_and_logs_the_run(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    exporter = make_exporter(context)
+    exporter.open()
+    exporter.write(records)
+    exporter.close(dropped_batches=3)
+    assert sum(len(rows) for rows in read(context).values()) == len(records)
+    with sqlite3.connect(database(context)) as conn:
+        runs = conn.execute(f"SELECT dropped_batches, written_records FROM {quote(RUNS_TABLE)}")  # noqa: S608
+        ((dropped, written),) = runs.fetchall()
+    assert dropped == 3
+    assert json.loads(written)["step_time"] == 3
+
+
+def test_an_older_table_is_widened(context: ExporterContext, records: list[ExportRecord]) -> None:
+    database(context).parent.mkdir(parents=True)
+    with sqlite3.connect(database(context)) as conn:
+        conn.execute('CREATE TABLE "stdout_stderr" (schema_version, rank, line)')
+    run(context, records[6:7])
+    (row,) = read(context)["stdout_stderr"]
+    assert row == {**records[6].to_dict(), "stream": "stdout_stderr"}
+
+
+def test_the_connection_belongs_to_the_thread_that_opened_it(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    exporter = make_exporter(context)
+    with ThreadPoolExecutor(max_workers=1) as owner:
+        owner.submit(exporter.open).result()
+        with pytest.raises(sqlite3.ProgrammingError, match="thread"):
+            exporter.write(records)
+        owner.submit(exporter.close).result()
+
+
+def test_calls_out_of_order_raise(context: ExporterContext, records: list[ExportRecord]) -> None:
+    exporter = make_exporter(context)
+    with pytest.raises(RuntimeError, match="open"):
+        exporter.write(records)
+    exporter.open()
+    exporter.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        exporter.flush()
+
+
+def test_open_fails_cleanly_when_export_dir_is_a_file(context: ExporterContext) -> None:
+    context.export_dir.parent.mkdir(parents=True)
+    context.export_dir.write_text("in the way")
+    exporter = make_exporter(context)
+    with pytest.raises(OSError, match="export"):
+        exporter.open()
+
+
+def test_driven_by_the_export_worker(context: ExporterContext, records: list[ExportRecord]) -> None:
+    """open/write/flush/close on the worker's own thread, exactly as TraceML calls them."""
+    worker = ExportWorker(make_exporter, context).start()
+    worker.submit_records(records)
+    report = worker.shutdown()
+    assert report.failure is None
+    assert report.delivered_records == len(records)
+    assert sum(len(rows) for rows in read(context).values()) == len(records)

@@ -1,0 +1,71 @@
+#!/usr/bin/env -S uv run --script
+# /// script
+# dependencies = ["nox>=2025.2.9"]
+# ///
+"""Tests, lint and type checks: ``nox`` runs them all, ``nox -l`` lists them.
+
+The SDK (``traceml-exporter-sdk[testing]``, a test dependency only) is
+installed from ``$TRACEML_EXPORTER_SDK``: a path to the SDK's ``sdk/`` folder
+(installed editable), or any requirement such as
+``traceml-exporter-sdk[testing] @ git+https://...#subdirectory=sdk``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+PYTHONS = [{% for minor in range(cookiecutter.python_min.split('.')[1] | int, 14) %}"3.{{ minor }}"{% if not loop.last %}, {% endif %}{% endfor %}]
+SDK_NAME = "traceml-exporter-sdk"
+SDK = os.environ.get("TRACEML_EXPORTER_SDK", "").strip() or f"{SDK_NAME}[testing]"
+
+
+def sdk_install_args() -> list[str]:
+    """The SDK as ``install`` arguments: a local folder editable, anything else as given."""
+    if Path(SDK).is_dir():
+        return ["-e", f"{Path(SDK).resolve()}[testing]"]
+    return [SDK]
+
+
+def group(*names: str) -> list[str]:
+    """A dependency group without its SDK line, which ``sdk_install_args`` replaces."""
+    return [
+        requirement
+        for requirement in nox.project.dependency_groups(PYPROJECT, *names)
+        if canonicalize_name(Requirement(requirement).name) != SDK_NAME
+    ]
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """The unit tests and the SDK's conformance suite."""
+    session.install(*sdk_install_args(), "-e", ".", *group("test"))
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install(*group("lint"))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on the package, the tests and this file."""
+    session.install(*sdk_install_args(), "-e", ".", *group("typecheck"))
+    session.run("mypy", "--strict", *session.posargs)
+
+
+if __name__ == "__main__":
+    nox.main()

@@ -1,0 +1,129 @@
+"""Shared fixtures: a context as TraceML builds it, and records of several streams.
+
+The records are the SDK's classes; ``foreign`` copies one into a class that is
+not the SDK's (as TraceML's own classes are not), to prove the exporter only
+relies on ``STREAM``, ``COLUMNS``, the fields and ``to_dict()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from traceml_exporter_sdk import (
+    ExporterContext,
+    ExportRecord,
+    ProcessRecord,
+    StdoutStderrRecord,
+    StepTimeRecord,
+    SystemGpuRecord,
+    SystemRecord,
+)
+
+NS = 1_712_345_678_901_234_567
+"""A 19-digit nanosecond timestamp: must come back exact, not as a float."""
+
+
+def _step(rank: int, step: int, hostname: str | None = "node-a") -> StepTimeRecord:
+    events: dict[str, Any] = {
+        "_traceml_internal:forward_time": {
+            "cuda:0": {
+                "is_gpu": True,
+                "duration_ms": 12.5,
+                "cpu_ms": 3.25,
+                "gpu_ms": 0.0,
+                "n_calls": 2,
+            }
+        },
+        "_traceml_internal:step_time": {
+            "cpu": {
+                "is_gpu": False,
+                "duration_ms": None,
+                "cpu_ms": 1e-9,
+                "gpu_ms": None,
+                "n_calls": 0,
+            }
+        },
+    }
+    return StepTimeRecord(NS, rank, rank, rank, 2, 2, 0, hostname, NS + step, step, step, events)
+
+
+@pytest.fixture
+def records() -> list[ExportRecord]:
+    """An interleaved batch of five streams, with a duplicate, None, zeros and odd text."""
+    step = _step(0, 7)
+    return [
+        step,
+        SystemRecord(NS, 0, 0, 2, 2, 0, "node-a", NS, 1, 0.0, None, 64e9, 1, 2),
+        SystemGpuRecord(NS, 0, 0, 2, 2, 0, "node-a", NS, 1, 0, 99.5, 1e9, 8e10, 61.0, 250.0, None),
+        SystemGpuRecord(NS, 0, 0, 2, 2, 0, "node-a", NS, 1, 1, 0.0, 0.0, 8e10, None, 0.0, 300.0),
+        _step(1, 7, hostname=None),
+        ProcessRecord(
+            NS, 1, 1, 1, 2, 2, 0, None, None, 3, 180.5, 16, 2e9, 64e9, 0, 0, None, None, None, None
+        ),
+        StdoutStderrRecord(NS, 0, NS, "loss=0.25 \u2713 \u2028 and a\nnewline \U0001f600"),
+        step,  # duplicates are passed through, not removed
+        StdoutStderrRecord(NS, 1, None, "second line"),
+    ]
+
+
+@pytest.fixture
+def context(tmp_path: Path) -> ExporterContext:
+    """Every stream selected, hostname dropped: TraceML's ``export_streams: all``."""
+    return ExporterContext.create(tmp_path / "session", export_streams="all")
+
+
+@pytest.fixture
+def hostname_context(tmp_path: Path) -> ExporterContext:
+    """Every stream selected and ``exporter_hostname`` on."""
+    return ExporterContext.create(
+        tmp_path / "session", export_streams="all", exporter_hostname=True
+    )
+
+
+ByStream = dict[str, list[dict[str, Any]]]
+
+
+def _expected(records: list[ExportRecord], include_hostname: bool) -> ByStream:
+    out: ByStream = {}
+    for record in records:
+        data = record.to_dict()
+        if not include_hostname:
+            data.pop("hostname", None)
+        out.setdefault(record.STREAM, []).append(data)
+    return out
+
+
+@pytest.fixture
+def expected() -> Callable[[list[ExportRecord], bool], ByStream]:
+    """``expected(records, include_hostname)``: what must be kept, per stream, in order."""
+    return _expected
+
+
+@pytest.fixture
+def foreign() -> Callable[[ExportRecord], ExportRecord]:
+    """Copy a record into a class that is not the SDK's but has the same surface."""
+    classes: dict[str, type[Any]] = {}
+
+    def copy(record: ExportRecord) -> ExportRecord:
+        stream, columns = record.STREAM, record.COLUMNS
+        cls = classes.get(stream)
+        if cls is None:
+
+            def to_dict(self: Any) -> dict[str, Any]:
+                data: dict[str, Any] = {"stream": stream, "schema_version": 1}
+                data.update((name, getattr(self, name)) for name in columns)
+                return data
+
+            namespace = {"STREAM": stream, "COLUMNS": columns, "SCHEMA_VERSION": 1}
+            cls = classes[stream] = type(f"Foreign{stream.title()}Record", (), namespace)
+            cls.to_dict = to_dict
+        clone: ExportRecord = cls()
+        for name, value in record.to_dict().items():
+            if name in columns:
+                setattr(clone, name, value)
+        return clone
+
+    return copy
