@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -86,3 +87,63 @@ def bench(session: nox.Session) -> None:
     session.install("--no-deps", TRACEML_ORACLE)
     for script in sorted((ROOT / "tests" / "benchmarks").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)
+
+
+# -- the exporter template (template/, tests/template/, docs/template.md) ----------------
+
+TEMPLATE = ROOT / "template"
+TEMPLATE_SINKS = json.loads((TEMPLATE / "cookiecutter.json").read_text(encoding="utf-8"))["sink"]
+TEMPLATE_TOOLS = ["cookiecutter>=2.6", "cruft>=2.15", "nox>=2025.2.9", "sp-repo-review[cli]"]
+SDK_TESTING = f"{SDK}[testing]"
+
+
+def _bake(session: nox.Session, output: Path, *variables: str) -> Path:
+    """``cookiecutter --no-input`` on the repository root (its nested-templates config)."""
+    if output.exists():
+        shutil.rmtree(output)
+    session.run("cookiecutter", "--no-input", "-o", str(output), str(ROOT), *variables)
+    (project,) = output.iterdir()
+    return project
+
+
+def _install_baked(session: nox.Session, project: Path) -> None:
+    """The baked project, editable, with its groups; its SDK requirement means ./sdk."""
+    groups = nox.project.dependency_groups(
+        nox.project.load_toml(project / "pyproject.toml"), "test", "lint", "typecheck"
+    )
+    others = [r for r in groups if not r.startswith("traceml-exporter-sdk")]
+    session.install("-e", SDK_TESTING, "-e", str(project), *others)
+
+
+@nox.session(python=MAIN_PYTHON)
+@nox.parametrize("sink", TEMPLATE_SINKS)
+def template(session: nox.Session, sink: str) -> None:
+    """Bake every sink kind against ./sdk; its tests, ruff and mypy --strict must pass."""
+    session.install(*TEMPLATE_TOOLS)
+    project = _bake(session, Path(session.create_tmp()) / "template" / sink, f"sink={sink}")
+    _install_baked(session, project)
+    session.run(
+        "pytest",
+        "tests/template",
+        f"--sink={sink}",
+        f"--baked={project}",
+        *session.posargs,
+        env={"TRACEML_EXPORTER_SDK": str(SDK)},
+    )
+
+
+@nox.session(python=MAIN_PYTHON, default=False)
+def scaffold(session: nox.Session) -> None:
+    """Bake the default exporter into ./build, run its conformance suite, replay the corpus."""
+    session.install(*TEMPLATE_TOOLS)
+    project = _bake(session, ROOT / "build" / "exporter")
+    _install_baked(session, project)
+    session.run("pytest", "-q", str(project / "tests"))
+    spec = f"{project.name.replace('-', '_')}.exporter:make_exporter"
+    run_dir = ROOT / "build" / "replay"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    session.run("python", str(ROOT / "tests" / "template" / "replay_corpus.py"), spec, str(run_dir))
+    package = project / "src" / project.name.replace("-", "_")
+    session.log(f"exporter package: {package} (TraceML setting: {spec})")
+    session.log(f"its output:       {run_dir / 'aggregator' / 'export'}")
