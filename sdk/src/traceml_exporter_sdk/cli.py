@@ -181,8 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the nearest one found walking up from here), then the default. Prints each value\n"
         "and where it came from. The exporter module is never imported: only the form of\n"
         "the value is checked. Exit 0 when every value is valid, 1 otherwise.",
-        "  TRACEML_EXPORT_STREAMS=step_time,system traceml-exporter validate \\\n"
-        "      --exporter my_exporter.exporter:make_exporter --config traceml.yaml",
+        "  traceml-exporter validate --exporter my_exporter.exporter:make_exporter \\\n"
+        "      --config traceml.yaml\n"
+        "  TRACEML_EXPORT_STREAMS=step_time,system traceml-exporter validate --no-hostname",
     )
     validate.add_argument("--exporter", metavar="VALUE", help="jsonl or module:factory")
     validate.add_argument(
@@ -789,7 +790,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     library_log.propagate = False
     parser = build_parser()
     try:
-        args = parser.parse_args(args_list)
+        args, unknown = parser.parse_known_args(args_list)
+        if unknown:
+            prog = f"{PROG} {args.command}" if args.command else PROG
+            raise CliError(
+                f"unrecognized arguments: {' '.join(unknown)} (see {prog} --help)", EXIT_USAGE, prog
+            )
         if args.command is None:
             raise CliError("a command is required (see traceml-exporter --help)", EXIT_USAGE)
         if passthrough and args.command != "check":

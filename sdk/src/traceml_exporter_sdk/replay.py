@@ -11,7 +11,8 @@ Two formats:
 A line or frame that cannot be decoded is *malformed*: it is counted, its
 line (or frame) number and the reason are kept, and reading goes on. Only a
 truncated msgpack frame ends the stream early, because nothing after it can be
-found again; that is recorded as malformed too. Decoded values are handed on
+found again; that is recorded as malformed too. JSON integers stay exact however
+large: a line with one that orjson would turn into a float is decoded by ``json``. Decoded values are handed on
 as they are: whatever is not an envelope is for ``records_from_payload`` to
 count as a skipped unit, as TraceML's aggregator would.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +52,8 @@ MAX_KEPT = 1000
 """Malformed lines whose number and reason are kept (all are counted)."""
 
 _HEADER = struct.Struct("!I")
+# An integer orjson cannot hold exactly (it turns those into floats): past u64, or below i64.
+_BIG_INT = re.compile(rb"-\d{19}|\d{20}")
 _CHUNK = 1 << 20
 
 
@@ -112,6 +116,7 @@ class PayloadReader:
 
     def _jsonl(self) -> Iterator[Any]:
         loads = orjson.loads
+        big_int = _BIG_INT.search
         with self.path.open("rb") as fh:
             number = 0
             for line in fh:
@@ -121,8 +126,8 @@ class PayloadReader:
                 if not line.strip():
                     continue
                 try:
-                    payload = loads(line)
-                except orjson.JSONDecodeError as exc:
+                    payload = loads(line) if big_int(line) is None else json.loads(line)
+                except (ValueError, RecursionError) as exc:
                     payload = _stdlib_json(line, exc)
                     if isinstance(payload, _Bad):
                         self._bad(number, payload.reason, offset)
@@ -197,7 +202,7 @@ class _Bad:
 
 
 def _stdlib_json(line: bytes, error: Exception) -> Any:
-    """Retry with ``json`` (orjson rejects integers past 64 bits and NaN); else _Bad."""
+    """Retry with ``json`` (orjson rejects NaN and Infinity); else _Bad."""
     try:
         return json.loads(line)
     except (ValueError, RecursionError):
