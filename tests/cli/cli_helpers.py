@@ -47,7 +47,14 @@ def run_cli(
         )
         command = [sys.executable, "-c", code, *args]
     return subprocess.run(
-        command, cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout, check=False
+        command,
+        cwd=cwd,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 

@@ -737,33 +737,72 @@ def cmd_new(args: argparse.Namespace, out: TextIO) -> int:
             EXIT_DEPENDENCY,
         ) from None
     logging.getLogger("cookiecutter").setLevel(logging.CRITICAL)
+    hook_output = _StderrCapture()
     try:
-        project = main_module.cookiecutter(
-            str(template),
-            no_input=args.no_input,
-            extra_context=extra or None,
-            output_dir=args.output_dir,
-            overwrite_if_exists=args.overwrite_if_exists,
-            skip_if_file_exists=args.skip_if_file_exists,
-            config_file=args.config_file,
-            default_config=args.default_config,
-            keep_project_on_failure=args.keep_project_on_failure,
-            accept_hooks=True,
-        )
+        with hook_output:
+            project = main_module.cookiecutter(
+                str(template),
+                no_input=args.no_input,
+                extra_context=extra or None,
+                output_dir=args.output_dir,
+                overwrite_if_exists=args.overwrite_if_exists,
+                skip_if_file_exists=args.skip_if_file_exists,
+                config_file=args.config_file,
+                default_config=args.default_config,
+                keep_project_on_failure=args.keep_project_on_failure,
+                accept_hooks=True,
+            )
     except exceptions.OutputDirExistsException as exc:
-        raise CliError(f"{exc} (pass -f to write into it)", EXIT_INPUT) from None
+        message = _one_line(exc).removeprefix("Error: ")
+        raise CliError(f"{message} (pass -f to write into it)", EXIT_INPUT) from None
     except exceptions.FailedHookException as exc:
-        raise CliError(f"the template refused: {_one_line(exc)}", EXIT_FAILED) from None
+        said = hook_output.text().removeprefix("ERROR: ") or _one_line(exc)
+        raise CliError(f"the template refused: {said}", EXIT_FAILED) from None
     except exceptions.CookiecutterException as exc:
         raise CliError(f"cookiecutter: {_one_line(exc)}", EXIT_INPUT) from None
+    except ValueError as exc:  # a KEY=VALUE that is not one of a variable's choices
+        raise CliError(f"template variable: {_one_line(exc)}", EXIT_USAGE) from None
     except (EOFError, OSError) as exc:
         if isinstance(exc, EOFError):
             raise CliError(
                 "new needs answers on stdin; pass --no-input to take the defaults", EXIT_USAGE
             ) from None
         raise CliError(f"cannot create the project: {exc}", EXIT_INPUT) from None
+    said = hook_output.raw()
+    if said:
+        sys.stderr.write(said)
     out.write(f"created {project}\n")
     return EXIT_OK
+
+
+class _StderrCapture:
+    """Collect what child processes (cookiecutter's hooks) write to fd 2, as one line."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in text()
+        self._saved = -1
+
+    def __enter__(self) -> _StderrCapture:
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+
+    def raw(self) -> str:
+        if self._file.closed:
+            return ""
+        self._file.seek(0)
+        data = self._file.read().decode(errors="replace")
+        self._file.close()
+        return data
+
+    def text(self) -> str:
+        return " ".join(self.raw().split())
 
 
 # -- main --------------------------------------------------------------------------
