@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -144,6 +145,38 @@ def test_open_fails_cleanly_when_export_dir_is_a_file(context: ExporterContext) 
     exporter = make_exporter(context)
     with pytest.raises(OSError, match="export"):
         exporter.open()
+
+
+def open_under(folder: Path) -> list[str]:
+    """Paths under ``folder`` this process holds open (Linux ``/proc/self/fd``)."""
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("needs /proc/self/fd")
+    targets = []
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            targets.append(os.readlink(fd))
+    return [t for t in targets if t.startswith(str(folder))]
+
+
+def test_a_failure_closes_every_file(
+    context: ExporterContext, records: list[ExportRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TraceML never calls an exporter again after a failure, not even close."""
+    exporter = make_exporter(context)
+    exporter.open()
+    exporter.write(records)
+    assert open_under(context.export_dir)
+
+    def broken_fsync(_fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(OSError, match="No space"):
+        exporter.flush()
+    assert open_under(context.export_dir) == []
+    with pytest.raises(RuntimeError, match="failed exporter"):
+        exporter.write(records)
 
 
 def test_driven_by_the_export_worker(context: ExporterContext, records: list[ExportRecord]) -> None:

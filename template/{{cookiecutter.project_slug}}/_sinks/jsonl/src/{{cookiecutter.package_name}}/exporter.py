@@ -19,11 +19,13 @@ The rules of TraceML's export contract this class keeps:
 * records are told apart by ``record.STREAM``, never by their class;
 * ``close(*, dropped_batches=0)`` flushes what was written and releases every file;
 * a failure is raised, not hidden: the worker then stops using the exporter
-  and records the loss in ``finalization_warning.json``.
+  (it never calls ``close``), so the failing method first closes every file,
+  and TraceML records the loss in ``finalization_warning.json``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -87,13 +89,47 @@ class {{ cookiecutter.exporter_class }}:
             for stream in self.streams:
                 self._open_stream(stream)
         except BaseException:
-            self._state = "closed"
-            self._close_files()
+            self._abort()
             raise
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Append each record to its stream's file, in the order given."""
         self._check_open("write")
+        try:
+            self._write(records)
+        except BaseException:
+            self._abort()
+            raise
+
+    def flush(self) -> None:
+        """Make every line written so far durable (flush and fsync each file)."""
+        self._check_open("flush")
+        try:
+            self._sync()
+        except BaseException:
+            self._abort()
+            raise
+
+    def close(self, *, dropped_batches: int = 0) -> None:
+        """Flush, fsync and close every file; record the counts in ``SUMMARY_FILE``.
+
+        ``dropped_batches`` is the number of payload batches TraceML's worker
+        never handed to ``write``: one count for the whole worker.
+        """
+        self._check_open("close")
+        try:
+            self._sync()
+            summary = {"written_records": dict(self._written), "dropped_batches": dropped_batches}
+            _write_atomically(self.export_dir / SUMMARY_FILE, orjson.dumps(summary))
+            for handle in self._files.values():
+                handle.close()
+        except BaseException:
+            self._abort()
+            raise
+        self._files = {}
+        self._state = "closed"
+
+    def _write(self, records: Sequence[ExportRecord]) -> None:
         lines: dict[str, list[bytes]] = {}
         keep_hostname = self.include_hostname
         for record in records:
@@ -110,26 +146,6 @@ class {{ cookiecutter.exporter_class }}:
             handle.write(b"".join(chunk))
             self._written[stream] += len(chunk)
 
-    def flush(self) -> None:
-        """Make every line written so far durable (flush and fsync each file)."""
-        self._check_open("flush")
-        self._sync()
-
-    def close(self, *, dropped_batches: int = 0) -> None:
-        """Flush, fsync and close every file; record the counts in ``SUMMARY_FILE``.
-
-        ``dropped_batches`` is the number of payload batches TraceML's worker
-        never handed to ``write``: one count for the whole worker.
-        """
-        self._check_open("close")
-        self._state = "closed"
-        try:
-            self._sync()
-            summary = {"written_records": dict(self._written), "dropped_batches": dropped_batches}
-            _write_atomically(self.export_dir / SUMMARY_FILE, orjson.dumps(summary))
-        finally:
-            self._close_files()
-
     def _open_stream(self, stream: str) -> IO[bytes]:
         handle = open(self.path_for(stream), "ab")  # noqa: SIM115 - closed in close()
         self._files[stream] = handle
@@ -138,17 +154,21 @@ class {{ cookiecutter.exporter_class }}:
 
     def _check_open(self, method: str) -> None:
         if self._state != "open":
-            raise RuntimeError(f"{method}() called on a {self._state} exporter; call open() first")
+            hint = "; call open() first" if self._state == "new" else ""
+            raise RuntimeError(f"{method}() called on a {self._state} exporter{hint}")
 
     def _sync(self) -> None:
         for handle in self._files.values():
             handle.flush()
             os.fsync(handle.fileno())
 
-    def _close_files(self) -> None:
+    def _abort(self) -> None:
+        """Release every file after a failure: TraceML never calls the exporter again."""
+        self._state = "failed"
         files, self._files = self._files, {}
         for handle in files.values():
-            handle.close()
+            with contextlib.suppress(OSError):  # the sink is already broken
+                handle.close()
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -13,10 +13,12 @@ map or list such as StepTimeRecord's ``events``, which is stored as JSON text
 in a column declared ``TEXT``. Rows keep arrival order (``rowid``).
 ``_export_runs`` gets one row per ``close()``, with ``dropped_batches``.
 
-Transactions: each ``write`` batch is applied inside one transaction (all of
-its rows or none, through a savepoint), and ``flush`` and ``close`` commit,
-with ``synchronous=FULL``: what TraceML counts as delivered (flushed) is
-exactly what is committed and on disk.
+Transactions: a ``write`` batch is inserted inside a transaction (never row by
+row in autocommit); ``flush`` and ``close`` commit it, with
+``synchronous=FULL``. If any call fails, the exporter rolls back what was not
+committed and closes the connection (TraceML never calls it again). So the
+database holds exactly what TraceML counts as delivered: everything up to the
+last good flush.
 
 The rules of TraceML's export contract this class keeps:
 
@@ -25,15 +27,18 @@ The rules of TraceML's export contract this class keeps:
 * records are told apart by ``record.STREAM``, never by their class;
 * ``close(*, dropped_batches=0)`` commits what was written and closes the connection;
 * a failure is raised, not hidden: the worker then stops using the exporter
-  and records the loss in ``finalization_warning.json``.
+  (it never calls ``close``), so the failing method first rolls back and
+  closes, and TraceML records the loss in ``finalization_warning.json``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import operator
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,9 +68,12 @@ def quote(name: str) -> str:
     return f'"{name}"'
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+
+
 def to_json(value: Any) -> str:
     """JSON text for a map or list column; exact for floats and big integers."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,8 @@ class _Table:
     columns: tuple[str, ...]
     json_positions: tuple[int, ...]
     insert: str
+    values: Callable[[dict[str, Any]], tuple[Any, ...]]
+    """``to_dict()`` -> the row's values in column order (an ``operator.itemgetter``)."""
 
 
 class {{ cookiecutter.exporter_class }}:
@@ -96,7 +106,7 @@ class {{ cookiecutter.exporter_class }}:
         """Create the folder and connect; WAL journal, full sync on commit."""
         if self._state != "new":
             raise RuntimeError(f"open() called on a {self._state} exporter")
-        self._state = "closed"  # until the connection is ready
+        self._state = "failed"  # until the connection is ready
         self.database.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: no implicit transactions; BEGIN/COMMIT are explicit below.
         conn = sqlite3.connect(self.database, isolation_level=None)
@@ -114,45 +124,45 @@ class {{ cookiecutter.exporter_class }}:
         self._state = "open"
 
     def write(self, records: Sequence[ExportRecord]) -> None:
-        """Insert the batch, all of it or none, into the transaction that flush commits."""
+        """Insert the batch into the open transaction (begun here if none is open)."""
         conn = self._connection("write")
-        if not conn.in_transaction:
-            conn.execute("BEGIN")
-        conn.execute("SAVEPOINT batch")
-        created: list[str] = []
         try:
-            rows: dict[str, list[list[Any]]] = {}
+            if not conn.in_transaction:
+                conn.execute("BEGIN")
+            tables = self._tables
+            rows: dict[str, list[Sequence[Any]]] = {}
             for record in records:
-                data = record.to_dict()
                 stream = record.STREAM
-                table = self._tables.get(stream)
+                data = record.to_dict()
+                table = tables.get(stream)
                 if table is None:
                     table = self._prepare(conn, stream, record.COLUMNS, data)
-                    created.append(stream)
-                values = [data[name] for name in table.columns]
-                for position in table.json_positions:
-                    values[position] = to_json(values[position])
+                values: Sequence[Any] = table.values(data)
+                if table.json_positions:
+                    values = list(values)
+                    for position in table.json_positions:
+                        values[position] = to_json(values[position])
                 batch = rows.get(stream)
                 if batch is None:
-                    batch = rows[stream] = []
-                batch.append(values)
+                    rows[stream] = [values]
+                else:
+                    batch.append(values)
             for stream, batch in rows.items():
-                conn.executemany(self._tables[stream].insert, batch)
+                conn.executemany(tables[stream].insert, batch)
+                self._written[stream] = self._written.get(stream, 0) + len(batch)
         except BaseException:
-            conn.execute("ROLLBACK TO batch")
-            conn.execute("RELEASE batch")
-            for stream in created:  # their CREATE/ALTER TABLE was rolled back too
-                del self._tables[stream]
+            self._abort()
             raise
-        conn.execute("RELEASE batch")
-        for stream, batch in rows.items():
-            self._written[stream] = self._written.get(stream, 0) + len(batch)
 
     def flush(self) -> None:
-        """Commit everything written so far."""
+        """Commit everything written so far (durably: ``synchronous=FULL``)."""
         conn = self._connection("flush")
-        if conn.in_transaction:
-            conn.execute("COMMIT")
+        try:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        except BaseException:
+            self._abort()
+            raise
 
     def close(self, *, dropped_batches: int = 0) -> None:
         """Commit, log this run in ``_export_runs`` and close the connection.
@@ -161,7 +171,6 @@ class {{ cookiecutter.exporter_class }}:
         never handed to ``write``: one count for the whole worker.
         """
         conn = self._connection("close")
-        self._state = "closed"
         try:
             if not conn.in_transaction:
                 conn.execute("BEGIN")
@@ -170,14 +179,36 @@ class {{ cookiecutter.exporter_class }}:
                 (time.time_ns(), dropped_batches, to_json(self._written)),
             )
             conn.execute("COMMIT")
-        finally:
-            self._conn = None
             conn.close()
+        except BaseException:
+            self._abort()
+            raise
+        self._conn = None
+        self._state = "closed"
 
     def _connection(self, method: str) -> sqlite3.Connection:
         if self._state != "open" or self._conn is None:
-            raise RuntimeError(f"{method}() called on a {self._state} exporter; call open() first")
+            hint = "; call open() first" if self._state == "new" else ""
+            raise RuntimeError(f"{method}() called on a {self._state} exporter{hint}")
         return self._conn
+
+    def _abort(self) -> None:
+        """After a failure: roll back what was not committed and close the connection.
+
+        TraceML never calls the exporter again, and counts every record since
+        the last good flush as failed; rolling back keeps the database equal
+        to what it counted as delivered.
+        """
+        self._state = "failed"
+        conn, self._conn = self._conn, None
+        self._tables.clear()
+        if conn is None:
+            return
+        with contextlib.suppress(sqlite3.Error):  # the sink may already be broken
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
 
     def _prepare(
         self,
@@ -205,7 +236,8 @@ class {{ cookiecutter.exporter_class }}:
         names = ", ".join(map(quote, columns))
         placeholders = ", ".join("?" * len(columns))
         insert = f"INSERT INTO {table} ({names}) VALUES ({placeholders})"  # noqa: S608 - quoted names
-        prepared = self._tables[stream] = _Table(columns, json_positions, insert)
+        getter = operator.itemgetter(*columns)  # at least two columns: always a tuple
+        prepared = self._tables[stream] = _Table(columns, json_positions, insert, getter)
         return prepared
 
 
