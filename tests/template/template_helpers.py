@@ -1,0 +1,131 @@
+"""Helpers of the template tests: bake with cookiecutter, run tools, list files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "template"
+TEMPLATE_CONFIG: dict[str, Any] = json.loads((TEMPLATE / "cookiecutter.json").read_text("utf-8"))
+SINKS: list[str] = list(TEMPLATE_CONFIG["sink"])
+DEFAULT_SINK = SINKS[0]
+DEFAULT_SLUG = "traceml-exporter-example"
+DEFAULT_PACKAGE = "traceml_exporter_example"
+
+
+# -- baking --------------------------------------------------------------------
+
+
+def run(
+    args: Sequence[str | Path],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """Run a command, capturing text output; never raises on a non-zero exit."""
+    return subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def tool(name: str) -> str:
+    """A console script of this interpreter's environment (the nox session's venv)."""
+    candidate = Path(sys.executable).with_name(name)
+    found = str(candidate) if candidate.exists() else shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed next to {sys.executable}")
+    return found
+
+
+def cookiecutter(
+    output: Path, *variables: str, template: Path = ROOT, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``cookiecutter [--no-input] -o OUTPUT TEMPLATE KEY=VALUE...`` in a fresh process."""
+    no_input = [] if input is not None else ["--no-input"]
+    home = output.parent / f"{output.name}-home"  # replay files land here, not in ~
+    home.mkdir(exist_ok=True)
+    return run(
+        [
+            *(sys.executable, "-m", "cookiecutter", "--default-config", *no_input),
+            *("-o", output, template, *variables),
+        ],
+        input=input,
+        env={**os.environ, "HOME": str(home)},
+    )
+
+
+def generate(output: Path, template: Path = ROOT, **variables: str) -> Path:
+    """Bake in this process through cookiecutter's API (no interpreter start-up per bake).
+
+    Raises ``cookiecutter.exceptions.FailedHookException`` when a hook refuses;
+    the hook's own message goes to this process's stderr (use ``capfd``).
+    """
+    from cookiecutter.main import cookiecutter as run_cookiecutter
+
+    output.mkdir(parents=True, exist_ok=True)
+    return Path(
+        run_cookiecutter(
+            str(template),
+            no_input=True,
+            extra_context=variables or None,
+            output_dir=str(output),
+            default_config=True,
+            accept_hooks=True,
+        )
+    )
+
+
+def bake(output: Path, *variables: str, template: Path = ROOT) -> Path:
+    """Bake one project (no prompts) and return its folder; fail the test with cookiecutter's output."""
+    result = cookiecutter(output, *variables, template=template)
+    if result.returncode != 0:
+        pytest.fail(f"cookiecutter failed:\n{result.stdout}\n{result.stderr}")
+    (project,) = output.iterdir()
+    return project
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file (tomllib, or tomli before Python 3.11)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - the template session runs on 3.11
+        import tomli as tomllib
+    return tomllib.loads(path.read_text("utf-8"))
+
+
+def files_of(project: Path) -> list[str]:
+    """Every file of a baked project, relative, sorted; caches left by tools excluded."""
+    skip = {".mypy_cache", ".pytest_cache", ".ruff_cache", "__pycache__", ".nox"}
+    return sorted(
+        str(p.relative_to(project))
+        for p in project.rglob("*")
+        if p.is_file() and not skip.intersection(p.relative_to(project).parts)
+    )
+
+
+def project_env(project: Path) -> dict[str, str]:
+    """The environment for running a baked project's tools: its src on PYTHONPATH.
+
+    Harmless when nox installed it (the same folder, editable); needed when the
+    tests baked it themselves.
+    """
+    path = os.pathsep.join(filter(None, [str(project / "src"), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}

@@ -1,0 +1,27 @@
+"""The template bakes from a clean clone of the repository's HEAD: a file the template
+needs but git does not track makes this fail."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from template_helpers import ROOT, files_of, generate, project_env, run
+
+
+def test_bake_from_a_clean_clone(tmp_path: Path, sink: str) -> None:
+    clone = tmp_path / "clone"
+    cloned = run(["git", "clone", "--quiet", ROOT, clone])
+    assert cloned.returncode == 0, cloned.stderr
+    from_clone = generate(tmp_path / "from-clone", template=clone, sink=sink)
+    from_tree = generate(tmp_path / "from-tree", sink=sink)
+    assert files_of(from_clone) == files_of(from_tree), (
+        "the working tree's template bakes files that a clone of HEAD does not: "
+        "commit (git add) every file the template needs"
+    )
+    tests = run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_exporter.py"],
+        cwd=from_clone,
+        env=project_env(from_clone),
+    )
+    assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]

@@ -1,0 +1,198 @@
+"""A baked project, per sink kind: its own tests and the full conformance suite pass,
+it is ruff and ``mypy --strict`` clean, sp-repo-review finds nothing, and it holds
+exactly the chosen sink's files."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from template_helpers import (
+    DEFAULT_PACKAGE,
+    ROOT,
+    SINKS,
+    files_of,
+    generate,
+    project_env,
+    read_toml,
+    run,
+    tool,
+)
+
+COMMON_FILES = [
+    ".github/dependabot.yml",
+    ".github/workflows/ci.yml",
+    ".gitignore",
+    "LICENSE",
+    "README.md",
+    "noxfile.py",
+    "pyproject.toml",
+    f"src/{DEFAULT_PACKAGE}/__init__.py",
+    f"src/{DEFAULT_PACKAGE}/_contract.py",
+    f"src/{DEFAULT_PACKAGE}/exporter.py",
+    f"src/{DEFAULT_PACKAGE}/py.typed",
+    "tests/conftest.py",
+    "tests/test_conformance.py",
+    "tests/test_exporter.py",
+]
+RUNTIME_DEPENDENCIES = {"jsonl": ["orjson>=3.9"], "sqlite": []}
+
+
+def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:
+    assert files_of(baked) == sorted(COMMON_FILES)
+    exporter = (baked / "src" / DEFAULT_PACKAGE / "exporter.py").read_text("utf-8")
+    others = [other for other in SINKS if other != sink]
+    assert {"jsonl": "orjson", "sqlite": "sqlite3"}[sink] in exporter
+    for other in others:
+        assert f"one {other}" not in exporter.lower()
+
+
+def test_every_sink_kind_has_runtime_dependencies_declared() -> None:
+    assert sorted(RUNTIME_DEPENDENCIES) == sorted(SINKS), "declare the new sink's dependencies"
+
+
+def test_runtime_needs_neither_traceml_nor_the_sdk(baked: Path, sink: str) -> None:
+    pyproject = read_toml(baked / "pyproject.toml")
+    assert pyproject["project"]["dependencies"] == RUNTIME_DEPENDENCIES[sink]
+    assert "traceml-exporter-sdk[testing]" in pyproject["dependency-groups"]["test"]
+    for path in (baked / "src").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            for name in names:
+                assert not name.startswith(("traceml", "pytest")), f"{path} imports {name}"
+
+
+def test_tests_and_conformance_suite_pass(baked: Path) -> None:
+    result = run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA"],
+        cwd=baked,
+        env=project_env(baked),
+    )
+    assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-3000:]
+    outcomes: dict[str, list[str]] = {}
+    summary = result.stdout.rpartition("short test summary info")[2]
+    for line in summary.splitlines():
+        word, _, test = line.partition(" ")
+        if word in {"PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS"}:
+            outcomes.setdefault(word, []).append(test)
+    assert set(outcomes) == {"PASSED"}, f"nothing may fail or be skipped: {outcomes}"
+    conformance = [t for t in outcomes["PASSED"] if t.startswith("tests/test_conformance.py")]
+    assert len(conformance) >= 10, f"the conformance suite did not run: {outcomes}"
+    assert any(t.startswith("tests/test_exporter.py") for t in outcomes["PASSED"])
+
+
+def test_ruff_clean(baked: Path) -> None:
+    for command in (["check", "."], ["format", "--check", "."]):
+        result = run([tool("ruff"), *command, "--no-cache"], cwd=baked)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_clean(baked: Path, tmp_path: Path) -> None:
+    result = run(
+        [tool("mypy"), "--strict", "--cache-dir", tmp_path / "mypy"],
+        cwd=baked,
+        env=project_env(baked),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_sp_repo_review_finds_nothing(baked: Path) -> None:
+    result = run([tool("repo-review"), ".", "--format", "json"], cwd=baked)
+    checks = json.loads(result.stdout)["checks"]
+    failed = {name: c["description"] for name, c in checks.items() if c["result"] is False}
+    assert not failed
+    ignored = read_toml(baked / "pyproject.toml")["tool"]["repo-review"]
+    assert all(reason.strip() for reason in ignored["ignore"].values()), "say why"
+
+
+def test_noxfile_has_the_sessions(baked: Path) -> None:
+    result = run([tool("nox"), "--list", "--json"], cwd=baked)
+    assert result.returncode == 0, result.stdout + result.stderr
+    sessions = {s["name"] for s in json.loads(result.stdout)}
+    assert {"lint", "typecheck", "tests"} <= sessions
+
+
+@pytest.mark.sink_independent
+@pytest.mark.parametrize(
+    ("license_id", "first_line"),
+    [("Apache-2.0", "Apache License"), ("MIT", "MIT License"), ("BSD-3-Clause", "BSD 3-Clause")],
+)
+def test_license_text_and_metadata(tmp_path: Path, license_id: str, first_line: str) -> None:
+    project = generate(tmp_path, license=license_id, author_name="Ada Lovelace")
+    text = (project / "LICENSE").read_text("utf-8")
+    assert text.lstrip().startswith(first_line)
+    if license_id != "Apache-2.0":
+        assert re.search(r"Copyright \(c\) \d{4},? Ada Lovelace", text)
+    pyproject = read_toml(project / "pyproject.toml")
+    assert pyproject["project"]["license"] == license_id
+    assert not (project / "_licenses").exists()
+
+
+@pytest.mark.sink_independent
+def test_minimum_python_flows_everywhere(tmp_path: Path) -> None:
+    project = generate(tmp_path, python_min="3.12")
+    pyproject = read_toml(project / "pyproject.toml")
+    assert pyproject["project"]["requires-python"] == ">=3.12"
+    assert pyproject["tool"]["mypy"]["python_version"] == "3.12"
+    classifiers = [c for c in pyproject["project"]["classifiers"] if re.search(r"3\.\d+$", c)]
+    assert [c.rsplit(" ", 1)[1] for c in classifiers] == ["3.12", "3.13"]
+    assert 'PYTHONS = ["3.12", "3.13"]' in (project / "noxfile.py").read_text("utf-8")
+    workflow = (project / ".github" / "workflows" / "ci.yml").read_text("utf-8")
+    assert 'python-version: ["3.12", "3.13"]' in workflow
+
+
+@pytest.mark.sink_independent
+def test_names_flow_from_the_project_name(tmp_path: Path) -> None:
+    project = generate(tmp_path, project_name="Kafka Sink")
+    assert project.name == "traceml-exporter-kafka-sink"
+    package = project / "src" / "traceml_exporter_kafka_sink"
+    assert "class KafkaSinkExporter" in (package / "exporter.py").read_text("utf-8")
+    readme = (project / "README.md").read_text("utf-8")
+    assert "traceml_exporter_kafka_sink.exporter:make_exporter" in readme
+
+
+def test_readme_covers_install_and_every_way_to_select(baked: Path) -> None:
+    readme = (baked / "README.md").read_text("utf-8")
+    spec = f"{DEFAULT_PACKAGE}.exporter:make_exporter"
+    for needle in (
+        "pip install",
+        "PYTHONPATH=",
+        f'exporter: "{spec}"',
+        f"traceml run --exporter {spec}",
+        f"traceml serve --exporter {spec}",
+        f"TRACEML_EXPORTER={spec}",
+        f'TraceMLRayConfig(exporter="{spec}")',
+        "TRACEML_EXPORTER_SDK",
+        "cruft update",
+    ):
+        assert needle in readme, needle
+    assert "{{" not in readme
+    assert "{%" not in readme
+
+
+def test_nothing_is_left_unrendered(baked: Path) -> None:
+    for relative in files_of(baked):
+        text = (baked / relative).read_text("utf-8")
+        assert "cookiecutter." not in text, relative
+
+
+def test_ci_runs_the_noxfile(baked: Path) -> None:
+    workflow = (baked / ".github" / "workflows" / "ci.yml").read_text("utf-8")
+    assert "nox -s lint typecheck" in workflow
+    assert 'nox -s "tests-$PYTHON_VERSION"' in workflow
+    assert "${{ matrix.python-version }}" in workflow
+
+
+def test_root_noxfile_reads_the_sink_list_from_the_template() -> None:
+    noxfile = (ROOT / "noxfile.py").read_text("utf-8")
+    assert 'TEMPLATE / "cookiecutter.json"' in noxfile

@@ -1,0 +1,121 @@
+"""The pre-generation hook refuses unusable names with one message and generates nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cookiecutter.exceptions import FailedHookException
+from template_helpers import (
+    DEFAULT_PACKAGE,
+    DEFAULT_SLUG,
+    cookiecutter,
+    files_of,
+    generate,
+)
+
+pytestmark = pytest.mark.sink_independent
+
+MESSAGE = "ERROR: cannot generate the exporter project"
+
+
+def assert_nothing_generated(tmp_path: Path, output: Path) -> None:
+    assert not output.exists() or not any(output.iterdir()), "nothing may be generated"
+    assert {p.name for p in tmp_path.iterdir()} <= {"out", "out-home"}, "nor anywhere else"
+
+
+def refused(tmp_path: Path, capfd: pytest.CaptureFixture[str], **variables: str) -> str:
+    """Bake with ``variables``, expect the hook to refuse, return what it printed."""
+    output = tmp_path / "out"
+    with pytest.raises(FailedHookException):
+        generate(output, **variables)
+    stderr = capfd.readouterr().err
+    assert stderr.count(MESSAGE) == 1, stderr
+    assert_nothing_generated(tmp_path, output)
+    return stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("json", "shadows the standard-library module 'json'"),
+        ("asyncio", "shadows the standard-library module 'asyncio'"),
+        ("class", "is a Python keyword"),
+        ("my-exporter", "is not a Python identifier"),
+        ("my.exporter", "is not a Python identifier"),
+        ("2fast", "is not a Python identifier"),
+        ("traceml", "shadows 'traceml'"),
+        ("traceml_ai", "shadows 'traceml_ai'"),
+        ("traceml_exporter_sdk", "shadows 'traceml_exporter_sdk'"),
+        ("../evil", "contains a path separator"),
+        ("a/b", "contains a path separator"),
+        ("a\\b", "contains a path separator"),
+        ("..", "contains '..'"),
+        ("", "is empty"),
+    ],
+)
+def test_bad_package_name_is_refused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], value: str, reason: str
+) -> None:
+    stderr = refused(tmp_path, capfd, package_name=value)
+    assert f"{MESSAGE}: package_name {value!r}: it {reason}" in stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        ("project_slug", "../escape", "contains a path separator"),
+        ("project_slug", "has space", "is not a valid distribution name"),
+        ("exporter_class", "My-Exporter", "is not a Python identifier"),
+        ("exporter_class", "None", "is not a Python identifier (or is a keyword)"),
+    ],
+)
+def test_bad_slug_or_class_is_refused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], variable: str, value: str, reason: str
+) -> None:
+    stderr = refused(tmp_path, capfd, **{variable: value})
+    assert f"{variable} {value!r}: it {reason}" in stderr
+
+
+def test_every_problem_is_in_the_one_message(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    stderr = refused(tmp_path, capfd, package_name="json", exporter_class="class")
+    (line,) = [line for line in stderr.splitlines() if MESSAGE in line]
+    assert "package_name 'json'" in line
+    assert "exporter_class 'class'" in line
+
+
+def test_the_cli_shows_the_message_and_exits_1(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    result = cookiecutter(output, "package_name=json")
+    assert result.returncode == 1
+    assert (
+        f"{MESSAGE}: package_name 'json': it shadows the standard-library module 'json'"
+        in result.stderr
+    )
+    assert_nothing_generated(tmp_path, output)
+
+
+@pytest.mark.parametrize("value", ["my_exporter", "Exporter2", "_private_sink"])
+def test_good_package_names_are_accepted(tmp_path: Path, value: str) -> None:
+    project = generate(tmp_path / "out", package_name=value)
+    assert (project / "src" / value / "exporter.py").is_file()
+    assert project.name == DEFAULT_SLUG
+
+
+def test_defaults_from_the_repository_root(tmp_path: Path) -> None:
+    """``cookiecutter --no-input <repo>`` goes through the nested-templates config."""
+    result = cookiecutter(tmp_path / "out")
+    assert result.returncode == 0, result.stdout + result.stderr
+    project = tmp_path / "out" / DEFAULT_SLUG
+    assert f"src/{DEFAULT_PACKAGE}/exporter.py" in files_of(project)
+
+
+def test_interactive_from_the_repository_root(tmp_path: Path) -> None:
+    """Without --no-input: pick the template, then answer (here: accept every default)."""
+    output = tmp_path / "out"
+    result = cookiecutter(output, input="\n" * 40)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Select a template" in result.stdout
+    assert (output / DEFAULT_SLUG / "src" / DEFAULT_PACKAGE / "exporter.py").is_file()
