@@ -14,8 +14,8 @@ import shutil
 import sys
 from pathlib import Path
 
-SINK = json.loads(r'''{{ cookiecutter.sink | tojson }}''')
-LICENSE = json.loads(r'''{{ cookiecutter.license | tojson }}''')
+SINK = json.loads(r'''{{ cookiecutter.sink | tojson }}''')  # fmt: skip
+LICENSE = json.loads(r'''{{ cookiecutter.license | tojson }}''')  # fmt: skip
 
 
 def move_tree(source: Path, destination: Path) -> None:

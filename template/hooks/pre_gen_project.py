@@ -13,10 +13,11 @@ import keyword
 import re
 import sys
 
-# Rendered by cookiecutter; tojson keeps any quote or backslash in a value inert.
-PACKAGE_NAME = json.loads(r'''{{ cookiecutter.package_name | tojson }}''')
-PROJECT_SLUG = json.loads(r'''{{ cookiecutter.project_slug | tojson }}''')
-EXPORTER_CLASS = json.loads(r'''{{ cookiecutter.exporter_class | tojson }}''')
+# Rendered by cookiecutter; tojson keeps any quote or backslash in a value inert, and the
+# ''' quotes (kept by fmt: skip) cannot occur in its output, which escapes every '.
+PACKAGE_NAME = json.loads(r'''{{ cookiecutter.package_name | tojson }}''')  # fmt: skip
+PROJECT_SLUG = json.loads(r'''{{ cookiecutter.project_slug | tojson }}''')  # fmt: skip
+EXPORTER_CLASS = json.loads(r'''{{ cookiecutter.exporter_class | tojson }}''')  # fmt: skip
 
 TRACEML_PACKAGES = ("traceml", "traceml_ai", "traceml_exporter_sdk")
 """Import names of TraceML (``traceml-ai`` installs both ``traceml`` and ``traceml_ai``) and the SDK."""

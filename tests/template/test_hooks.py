@@ -52,6 +52,7 @@ def refused(tmp_path: Path, capfd: pytest.CaptureFixture[str], **variables: str)
         ("a\\b", "contains a path separator"),
         ("..", "contains '..'"),
         ("", "is empty"),
+        ("it's\"q", "is not a Python identifier"),
     ],
 )
 def test_bad_package_name_is_refused(
