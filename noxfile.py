@@ -147,3 +147,6 @@ def scaffold(session: nox.Session) -> None:
     package = project / "src" / project.name.replace("-", "_")
     session.log(f"exporter package: {package} (TraceML setting: {spec})")
     session.log(f"its output:       {run_dir / 'aggregator' / 'export'}")
+    session.log(
+        f"use it:           PYTHONPATH={package.parent} traceml run --exporter {spec} train.py"
+    )
