@@ -33,7 +33,16 @@ def records_from_payload(
             or an unknown STREAM name), before the payload is read.
     """
     selected = validate_stream_filter(streams)
-    items = payload if isinstance(payload, list) else [payload]
+    if type(payload) is list:
+        items = payload
+    elif isinstance(payload, list):
+        try:
+            items = list(payload)
+        except Exception:
+            # A list subclass that cannot be iterated: the payload is one failed item.
+            return RecordBatch([], 1)
+    else:
+        items = [payload]
     records: list[Record] = []
     append = records.append
     skipped = 0

@@ -93,9 +93,18 @@ def _opt_str(value: Any) -> str | None:
     if type(value) is str or value is None:
         return value
     try:
-        return str(value)
+        return _as_str(value)
     except Exception:
         return None
+
+
+def _as_str(value: Any) -> str:
+    """``str(value)`` as a plain ``str``: ``__str__`` may return a str subclass.
+
+    Raises whatever ``str(value)`` raises, as TraceML's ``str()`` does.
+    """
+    out = str(value)
+    return out if type(out) is str else str.__str__(out)
 
 
 def _int(value: Any) -> int | None:
@@ -113,7 +122,7 @@ def _float(value: Any) -> float | None:
 def _str(value: Any) -> str | None:
     if type(value) is str:
         return value
-    return str(value) if isinstance(value, str) else None
+    return _as_str(value) if isinstance(value, str) else None
 
 
 def _bool01(value: Any) -> int | None:
@@ -283,7 +292,7 @@ def _events(raw: Any) -> dict[str, dict[str, EventStats]]:
     for event_name, by_device in raw.items():
         if not isinstance(by_device, dict):
             continue
-        event_key = event_name if type(event_name) is str else str(event_name)
+        event_key = event_name if type(event_name) is str else _as_str(event_name)
         devices: dict[str, EventStats] = {}
         out[event_key] = devices
         for device, stats in by_device.items():
@@ -291,7 +300,7 @@ def _events(raw: Any) -> dict[str, dict[str, EventStats]]:
                 continue
             get = stats.get
             is_gpu = get("is_gpu")
-            devices[device if type(device) is str else str(device)] = {
+            devices[device if type(device) is str else _as_str(device)] = {
                 "is_gpu": is_gpu if is_gpu is True or is_gpu is False else None,
                 "duration_ms": _float(get("duration_ms")),
                 "cpu_ms": _float(get("cpu_ms")),
@@ -356,7 +365,7 @@ def _stdout_stderr(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows
             if line is None:
                 continue
             if type(line) is not str:
-                line = str(line)
+                line = _as_str(line)
             if line:
                 out.append((observed, rank, ts, line))
     return {"stdout_stderr_samples": out}
