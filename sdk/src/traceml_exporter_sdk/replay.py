@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -52,8 +51,19 @@ MAX_KEPT = 1000
 """Malformed lines whose number and reason are kept (all are counted)."""
 
 _HEADER = struct.Struct("!I")
-# An integer orjson cannot hold exactly (it turns those into floats): past u64, or below i64.
-_BIG_INT = re.compile(rb"-\d{19}|\d{20}")
+# orjson turns an integer past u64 (20+ digits) or below i64 (minus and 19+ digits) into
+# a float. A line with such a digit run is decoded by ``json`` instead, which keeps it exact.
+# The check maps every digit to "0" and finds the run: C speed (a regex is 10x slower).
+_DIGITS = bytes(48 if 48 <= i <= 57 else 45 if i == 45 else 32 for i in range(256))
+_RUN_20 = b"0" * 20
+_NEG_RUN_19 = b"-" + b"0" * 19
+
+
+def _has_big_int(line: bytes) -> bool:
+    shape = line.translate(_DIGITS)
+    return _RUN_20 in shape or _NEG_RUN_19 in shape
+
+
 _CHUNK = 1 << 20
 
 
@@ -116,7 +126,6 @@ class PayloadReader:
 
     def _jsonl(self) -> Iterator[Any]:
         loads = orjson.loads
-        big_int = _BIG_INT.search
         with self.path.open("rb") as fh:
             number = 0
             for line in fh:
@@ -126,7 +135,7 @@ class PayloadReader:
                 if not line.strip():
                     continue
                 try:
-                    payload = loads(line) if big_int(line) is None else json.loads(line)
+                    payload = json.loads(line) if _has_big_int(line) else loads(line)
                 except (ValueError, RecursionError) as exc:
                     payload = _stdlib_json(line, exc)
                     if isinstance(payload, _Bad):
