@@ -410,10 +410,15 @@ def _wait_for_room(worker: ExportWorker, limit: int) -> None:
     """
     queue = getattr(worker, "_queue", None)
     thread = worker.thread
-    if queue is None or thread is None:
+    if queue is None or thread is None or len(queue) < limit:
         return
-    while len(queue) >= limit and thread.is_alive():
-        time.sleep(0.0005)
+    # Full: let the worker drain half of it before the next look, so the reader
+    # wakes (and takes the GIL from the worker) rarely.
+    low = limit // 2
+    pause = 0.0005
+    while len(queue) > low and thread.is_alive():
+        time.sleep(pause)
+        pause = min(pause * 2, 0.005)
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
