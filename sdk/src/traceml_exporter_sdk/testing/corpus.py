@@ -1,0 +1,143 @@
+"""The sample payload corpus shipped with the SDK, and look-alike record classes.
+
+``load_corpus()`` returns the telemetry payloads of a short two-node DDP run
+(``testing/data/corpus.jsonl``, one payload per line, in the shape of TraceML's
+wire format): every sampler and so all seven streams, four ranks on two
+nodes, and the edge values of the contract (None beside a measured 0, unicode,
+``\\n`` and U+2028 inside stdout lines, 19-digit nanosecond integers, empty
+events, GPU lists with two GPUs, none, or a partly unmeasured one, a rank with
+no hostname, a rank older than integer timestamps). Every record it yields is
+distinct and every stream key is unique.
+
+``corpus_batches()`` turns it into records, one batch per payload, with
+deterministic ``observed_timestamp_unix_ns`` stamps. ``as_foreign()`` copies
+records into classes that look like the SDK's (same name, ``STREAM``,
+``SCHEMA_VERSION``, ``COLUMNS``, fields and ``to_dict()``) but are different
+types, as TraceML's own record classes are in production.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Collection, Iterable
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from ..mapping import records_from_payload
+from ..records import RECORD_TYPE_BY_STREAM, ExportRecord, Record
+
+__all__ = [
+    "CORPUS_FILE",
+    "OBSERVED_BASE_NS",
+    "as_foreign",
+    "corpus_batches",
+    "corpus_records",
+    "foreign_class",
+    "load_corpus",
+]
+
+CORPUS_FILE = "data/corpus.jsonl"
+"""The corpus, relative to the ``traceml_exporter_sdk.testing`` package."""
+
+OBSERVED_BASE_NS = 1_764_230_400_000_000_000
+"""``observed_timestamp_unix_ns`` of the first payload; payload ``i`` gets base + i."""
+
+FOREIGN_MODULE = "traceml_ai.aggregator.export"
+
+
+@cache
+def _corpus_text() -> str:
+    return resources.files(__package__).joinpath(CORPUS_FILE).read_text(encoding="utf-8")
+
+
+def load_corpus() -> list[Any]:
+    """Return the sample payloads, each a list of telemetry envelopes (a fresh copy)."""
+    return [json.loads(line) for line in _corpus_text().splitlines() if line.strip()]
+
+
+def corpus_batches(
+    streams: Collection[str] | None = None,
+    *,
+    observed_base_ns: int = OBSERVED_BASE_NS,
+    repeat: int = 1,
+) -> list[list[Record]]:
+    """The corpus as records: one batch per payload, in payload order.
+
+    Payload ``i`` (counting through every repeat) is stamped
+    ``observed_base_ns + i``, so repeats are distinct records. ``streams``
+    keeps only those STREAM names (None keeps all); payloads left with no
+    records give no batch.
+    """
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    payloads = load_corpus()
+    out: list[list[Record]] = []
+    index = 0
+    for _ in range(repeat):
+        for payload in payloads:
+            batch = records_from_payload(
+                payload, observed_timestamp_unix_ns=observed_base_ns + index, streams=streams
+            ).records
+            index += 1
+            if batch:
+                out.append(batch)
+    return out
+
+
+def corpus_records(
+    streams: Collection[str] | None = None, *, observed_base_ns: int = OBSERVED_BASE_NS
+) -> list[Record]:
+    """Every record of the corpus in payload order (see ``corpus_batches``)."""
+    return [
+        r for batch in corpus_batches(streams, observed_base_ns=observed_base_ns) for r in batch
+    ]
+
+
+def _foreign_to_dict(self: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"stream": self.STREAM, "schema_version": self.SCHEMA_VERSION}
+    for name in self.COLUMNS:
+        out[name] = getattr(self, name)
+    return out
+
+
+@cache
+def foreign_class(stream: str) -> type[Any]:
+    """A frozen dataclass that mirrors the SDK's record class for ``stream`` but is another type.
+
+    Same class name, ``STREAM``, ``SCHEMA_VERSION``, ``COLUMNS``, fields and
+    ``to_dict()``; built at runtime with ``dataclasses.make_dataclass`` and
+    placed in module ``traceml_ai.aggregator.export``. ``isinstance`` against
+    any SDK class is False for its instances.
+    """
+    try:
+        sdk_class = RECORD_TYPE_BY_STREAM[stream]
+    except KeyError:
+        raise ValueError(
+            f"unknown STREAM {stream!r}; known: {', '.join(RECORD_TYPE_BY_STREAM)}"
+        ) from None
+    cls = dataclasses.make_dataclass(
+        sdk_class.__name__,
+        [(f.name, f.type) for f in dataclasses.fields(sdk_class)],
+        namespace={
+            "STREAM": sdk_class.STREAM,
+            "SCHEMA_VERSION": sdk_class.SCHEMA_VERSION,
+            "COLUMNS": sdk_class.COLUMNS,
+            "to_dict": _foreign_to_dict,
+        },
+        frozen=True,
+        slots=True,
+    )
+    cls.__module__ = FOREIGN_MODULE
+    cls.__qualname__ = sdk_class.__name__
+    return cls
+
+
+def as_foreign(records: Iterable[ExportRecord]) -> list[Any]:
+    """Copy records into their ``foreign_class`` look-alikes (same values, other types)."""
+    out = []
+    for record in records:
+        cls = foreign_class(record.STREAM)
+        out.append(cls(*(getattr(record, name) for name in record.COLUMNS)))
+    return out
