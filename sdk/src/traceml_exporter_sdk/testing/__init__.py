@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         Check,
         ConformanceConfigError,
         ExporterConformance,
+        ReadBackNotImplementedError,
         check_names,
     )
     from .corpus import (
@@ -41,6 +42,7 @@ __all__ = [
     "Check",
     "ConformanceConfigError",
     "ExporterConformance",
+    "ReadBackNotImplementedError",
     "as_foreign",
     "check_names",
     "corpus_batches",
@@ -57,6 +59,7 @@ _WHERE = {
     "Check": "conformance",
     "ConformanceConfigError": "conformance",
     "ExporterConformance": "conformance",
+    "ReadBackNotImplementedError": "conformance",
     "check_names": "conformance",
     "as_foreign": "corpus",
     "corpus_batches": "corpus",

@@ -36,9 +36,13 @@ def pytest_plugin_registered(plugin: object, plugin_name: str, manager: Any) -> 
     ``pytest11`` entry points; registering the same module again under the
     entry point's name would fail, so block that name instead.
     """
-    if plugin is _this_module() and plugin_name != ENTRY_POINT_NAME:
-        if not manager.has_plugin(ENTRY_POINT_NAME) and not manager.is_blocked(ENTRY_POINT_NAME):
-            manager.set_blocked(ENTRY_POINT_NAME)
+    if (
+        plugin is _this_module()
+        and plugin_name != ENTRY_POINT_NAME
+        and not manager.has_plugin(ENTRY_POINT_NAME)
+        and not manager.is_blocked(ENTRY_POINT_NAME)
+    ):
+        manager.set_blocked(ENTRY_POINT_NAME)
 
 
 def _this_module() -> types.ModuleType:
