@@ -45,10 +45,22 @@ def group(*names: str) -> list[str]:
     ]
 
 
+def install_with_sdk(session: nox.Session, *groups: str) -> None:
+    """This project (editable), the SDK and ``groups``; say how to point at the SDK on failure."""
+    try:
+        session.install(*sdk_install_args(), "-e", ".", *group(*groups))
+    except nox.command.CommandFailed:
+        session.error(
+            f"could not install the SDK from {SDK!r}: traceml-exporter-sdk is not on PyPI yet, "
+            "so set TRACEML_EXPORTER_SDK to the path of its sdk/ folder or to a requirement "
+            "such as 'traceml-exporter-sdk[testing] @ git+https://...#subdirectory=sdk'"
+        )
+
+
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The unit tests and the SDK's conformance suite."""
-    session.install(*sdk_install_args(), "-e", ".", *group("test"))
+    install_with_sdk(session, "test")
     session.run("pytest", *session.posargs)
 
 
@@ -63,7 +75,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package, the tests and this file."""
-    session.install(*sdk_install_args(), "-e", ".", *group("typecheck"))
+    install_with_sdk(session, "typecheck")
     session.run("mypy", "--strict", *session.posargs)
 
 

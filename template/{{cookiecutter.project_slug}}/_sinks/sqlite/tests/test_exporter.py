@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,6 +27,11 @@ Expected = Callable[[list[ExportRecord], bool], ByStream]
 
 def database(context: ExporterContext) -> Path:
     return context.export_dir / DATABASE_FILE
+
+
+def connect(context: ExporterContext) -> closing[sqlite3.Connection]:
+    """A second connection, closed on exit (``with sqlite3.connect()`` only commits)."""
+    return closing(sqlite3.connect(database(context)))
 
 
 def read(context: ExporterContext) -> ByStream:
@@ -56,7 +62,7 @@ def test_wal_and_one_table_per_stream_from_columns(
     context: ExporterContext, records: list[ExportRecord]
 ) -> None:
     run(context, records)
-    with sqlite3.connect(database(context)) as conn:
+    with connect(context) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         info = conn.execute('PRAGMA table_info("step_time")').fetchall()
     step_columns = tuple(c for c in records[0].COLUMNS if c != "hostname")
@@ -81,7 +87,7 @@ def test_hostname_kept_when_asked(
 
 def test_events_are_json_text(context: ExporterContext, records: list[ExportRecord]) -> None:
     run(context, records[:1])
-    with sqlite3.connect(database(context)) as conn:
+    with connect(context) as conn:
         (text,) = conn.execute('SELECT events FROM "step_time"').fetchone()
     assert json.loads(text) == records[0].to_dict()["events"]
 
@@ -143,7 +149,7 @@ def test_close_commits_unflushed_writes_and_logs_the_run(
     exporter.write(records)
     exporter.close(dropped_batches=3)
     assert sum(len(rows) for rows in read(context).values()) == len(records)
-    with sqlite3.connect(database(context)) as conn:
+    with connect(context) as conn:
         runs = conn.execute(f"SELECT dropped_batches, written_records FROM {quote(RUNS_TABLE)}")  # noqa: S608
         ((dropped, written),) = runs.fetchall()
     assert dropped == 3
@@ -152,7 +158,7 @@ def test_close_commits_unflushed_writes_and_logs_the_run(
 
 def test_an_older_table_is_widened(context: ExporterContext, records: list[ExportRecord]) -> None:
     database(context).parent.mkdir(parents=True)
-    with sqlite3.connect(database(context)) as conn:
+    with connect(context) as conn:
         conn.execute('CREATE TABLE "stdout_stderr" (schema_version, rank, line)')
     run(context, records[6:7])
     (row,) = read(context)["stdout_stderr"]
