@@ -133,6 +133,10 @@ def load_exporter(setting: str, context: ExporterContext) -> Exporter | FactoryF
         return FactoryFailure(
             setting, "attribute", f"module {module_name!r} has no attribute {attribute!r}"
         )
+    except SystemExit as exc:  # a module-level __getattr__ may do anything
+        return FactoryFailure(setting, "system_exit", f"reading {attribute!r}: {exc!r}")
+    except Exception as exc:
+        return FactoryFailure(setting, "exception", f"reading {attribute!r} raised {exc!r}")
     return call_factory(factory, context, setting)
 
 
