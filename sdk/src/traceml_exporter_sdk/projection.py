@@ -203,12 +203,19 @@ def _runtime_environment(meta: Meta, tables: Mapping[Any, Any], observed: int) -
     return {"runtime_environment": out}
 
 
+# Each projection keeps the identity in locals rather than splicing ``*ident`` into
+# every row: a flat tuple display builds about twice as fast.
+
+
 def _system(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
     samples: list[Row] = []
     gpu_samples: list[Row] = []
     rows = _rows_of(tables)
     if rows:
-        ident = _identity(meta)[1:]
+        # No rank column: the legacy alias is ignored.
+        global_rank, local_rank, world_size, local_world_size, node_rank, hostname = _identity(
+            meta
+        )[1:]
         for row in rows:
             get = row.get
             ts = _time(get("ts"))
@@ -218,25 +225,44 @@ def _system(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
                 for gpu_idx, gpu in enumerate(gpus):
                     if not (isinstance(gpu, list) and len(gpu) >= 6):
                         continue
+                    # Eight GPUs a snapshot: plain floats skip the _float call.
+                    util, mem_used, mem_total, temp, power, limit = (
+                        gpu[0],
+                        gpu[1],
+                        gpu[2],
+                        gpu[3],
+                        gpu[4],
+                        gpu[5],
+                    )
                     gpu_samples.append(
                         (
                             observed,
-                            *ident,
+                            global_rank,
+                            local_rank,
+                            world_size,
+                            local_world_size,
+                            node_rank,
+                            hostname,
                             ts,
                             seq,
                             gpu_idx,
-                            _float(gpu[0]),
-                            _float(gpu[1]),
-                            _float(gpu[2]),
-                            _float(gpu[3]),
-                            _float(gpu[4]),
-                            _float(gpu[5]),
+                            util if type(util) is float else _float(util),
+                            mem_used if type(mem_used) is float else _float(mem_used),
+                            mem_total if type(mem_total) is float else _float(mem_total),
+                            temp if type(temp) is float else _float(temp),
+                            power if type(power) is float else _float(power),
+                            limit if type(limit) is float else _float(limit),
                         )
                     )
             samples.append(
                 (
                     observed,
-                    *ident,
+                    global_rank,
+                    local_rank,
+                    world_size,
+                    local_world_size,
+                    node_rank,
+                    hostname,
                     ts,
                     seq,
                     _float(get("cpu")),
@@ -253,23 +279,29 @@ def _process(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
     out: list[Row] = []
     rows = _rows_of(tables)
     if rows:
-        ident = _identity(meta)
+        rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (
+            _identity(meta)
+        )
         for row in rows:
             get = row.get
             gpu = get("gpu")
             if isinstance(gpu, dict):
-                gpu_fields: tuple[Any, ...] = (
-                    _int(gpu.get("device")),
-                    _float(gpu.get("mem_used")),
-                    _float(gpu.get("mem_reserved")),
-                    _float(gpu.get("mem_total")),
-                )
+                device: int | None = _int(gpu.get("device"))
+                mem_used: float | None = _float(gpu.get("mem_used"))
+                mem_reserved: float | None = _float(gpu.get("mem_reserved"))
+                mem_total: float | None = _float(gpu.get("mem_total"))
             else:
-                gpu_fields = (None, None, None, None)
+                device = mem_used = mem_reserved = mem_total = None
             out.append(
                 (
                     observed,
-                    *ident,
+                    rank,
+                    global_rank,
+                    local_rank,
+                    world_size,
+                    local_world_size,
+                    node_rank,
+                    hostname,
                     _time(get("ts")),
                     _int(get("seq")),
                     _float(get("cpu")),
@@ -278,7 +310,10 @@ def _process(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
                     _float(get("ram_total")),
                     _bool01(get("gpu_available")),
                     _int(get("gpu_count")),
-                    *gpu_fields,
+                    device,
+                    mem_used,
+                    mem_reserved,
+                    mem_total,
                 )
             )
     return {"process_samples": out}
@@ -316,13 +351,21 @@ def _step_time(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
     out: list[Row] = []
     rows = _rows_of(tables)
     if rows:
-        ident = _identity(meta)
+        rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (
+            _identity(meta)
+        )
         for row in rows:
             get = row.get
             out.append(
                 (
                     observed,
-                    *ident,
+                    rank,
+                    global_rank,
+                    local_rank,
+                    world_size,
+                    local_world_size,
+                    node_rank,
+                    hostname,
                     _time(get("timestamp")),
                     _int(get("seq")),
                     _int(get("step")),
@@ -336,13 +379,21 @@ def _step_memory(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
     out: list[Row] = []
     rows = _rows_of(tables)
     if rows:
-        ident = _identity(meta)
+        rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (
+            _identity(meta)
+        )
         for row in rows:
             get = row.get
             out.append(
                 (
                     observed,
-                    *ident,
+                    rank,
+                    global_rank,
+                    local_rank,
+                    world_size,
+                    local_world_size,
+                    node_rank,
+                    hostname,
                     _time(get("ts")),
                     _int(get("seq")),
                     _str(get("device")),
