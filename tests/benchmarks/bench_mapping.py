@@ -1,0 +1,301 @@
+"""Throughput of ``records_from_payload`` against traceml-ai 0.5.0's own projection.
+
+One realistic payload set, in the shape a real run sends (wire-format.md section 4:
+each message one rank's tick, a list of envelopes, one table per envelope):
+
+- step_time: 64 ranks x 50 steps, the five ``_traceml_internal`` events on device
+  ``cuda:0``, 5 steps per envelope;
+- step_memory: 64 ranks x 50 steps on ``cuda:0``, 5 steps per envelope;
+- system: local rank 0 of each of 8 nodes, 50 snapshots each with 8 GPUs
+  (a SystemRecord and 8 SystemGpuRecords per snapshot);
+- process: 64 ranks x 50 snapshots, one per envelope.
+
+Per stream, in the same run, best of several repeats (``time.perf_counter``,
+garbage collection paused while timing, the three run in turn in every repeat):
+
+- SDK: ``records_from_payload(message)`` for every message (one ``time.time_ns()``
+  per envelope);
+- 0.5.0: ``normalize_telemetry_envelope`` and each accepting writer's
+  ``build_rows(envelope, time.time_ns())``, the loop of 0.5.0's SQLite writer;
+- floor: ``record_type(*row)`` over the same records' values precomputed as tuples,
+  what building the frozen records alone costs any mapper.
+
+Targets: SDK >= 1.5x 0.5.0's rows/s on step_time (the record carries the events map,
+no JSON text), >= 0.8x on every other stream (a frozen dataclass costs more to build
+than 0.5.0's tuple; the floor column shows how much). Prints PASS or MISS per target
+and exits 0 either way: these are figures, not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from traceml_ai.aggregator.sqlite_writers import (
+    process,
+    runtime_environment,
+    stdout_stderr,
+    step_memory,
+    step_time,
+    system,
+)
+from traceml_ai.telemetry.envelope import normalize_telemetry_envelope
+from traceml_exporter_sdk import records_from_payload
+
+RANKS = 64
+GPUS_PER_NODE = 8
+STEPS = 50
+STEPS_PER_ENVELOPE = 5
+REPEATS = 15
+TARGETS = {"step_time": 1.5, "step_memory": 0.8, "system": 0.8, "process": 0.8}
+WRITERS = [runtime_environment, system, process, step_time, step_memory, stdout_stderr]
+T0 = 1_760_000_000_000_000_000
+EVENTS = {
+    "_traceml_internal:dataloader_next": 0.4,
+    "_traceml_internal:forward_time": 3.1,
+    "_traceml_internal:backward_time": 6.2,
+    "_traceml_internal:optimizer_step": 1.3,
+    "_traceml_internal:step_time": 11.5,
+}
+
+Message = list[dict[str, Any]]
+
+
+def meta(rank: int, sampler: str, tick: int) -> dict[str, Any]:
+    """A rank's envelope meta, keys in the order a real run sends them."""
+    return {
+        "rank": rank,
+        "global_rank": rank,
+        "local_rank": rank % GPUS_PER_NODE,
+        "world_size": RANKS,
+        "local_world_size": GPUS_PER_NODE,
+        "node_rank": rank // GPUS_PER_NODE,
+        "hostname": f"gpu-node-{rank // GPUS_PER_NODE:02d}",
+        "pid": 40_000 + rank,
+        "sampler": sampler,
+        "timestamp": T0 + tick * 1_000_000_000 + rank,
+        "session_id": "bench-session",
+        "run_nonce": "5f1c2a",
+        "session_source": "traceml run",
+    }
+
+
+def message(rank: int, sampler: str, table: str, tick: int, rows: list[Any]) -> Message:
+    return [{"meta": meta(rank, sampler, tick), "body": {"tables": {table: rows}}}]
+
+
+def step_time_messages() -> list[Message]:
+    out = []
+    for tick in range(STEPS // STEPS_PER_ENVELOPE):
+        for rank in range(RANKS):
+            rows = []
+            for step in range(tick * STEPS_PER_ENVELOPE, (tick + 1) * STEPS_PER_ENVELOPE):
+                events = {
+                    name: {
+                        "cuda:0": {
+                            "is_gpu": True,
+                            "duration_ms": ms * 1.1 + rank * 0.01,
+                            "cpu_ms": ms + step * 0.001,
+                            "gpu_ms": ms * 1.1 + rank * 0.01,
+                            "n_calls": 1,
+                        }
+                    }
+                    for name, ms in EVENTS.items()
+                }
+                rows.append(
+                    {
+                        "seq": tick,
+                        "timestamp": T0 + step * 12_000_000 + rank,
+                        "step": step,
+                        "events": events,
+                    }
+                )
+            out.append(message(rank, "StepTimeSampler", "StepTimeTable", tick, rows))
+    return out
+
+
+def step_memory_messages() -> list[Message]:
+    out = []
+    for tick in range(STEPS // STEPS_PER_ENVELOPE):
+        for rank in range(RANKS):
+            rows = [
+                {
+                    "seq": tick,
+                    "ts": T0 + step * 12_000_000 + rank,
+                    "device": "cuda:0",
+                    "step": step,
+                    "peak_alloc": 21_474_836_480 + step * 4096,
+                    "peak_resv": 25_769_803_776,
+                }
+                for step in range(tick * STEPS_PER_ENVELOPE, (tick + 1) * STEPS_PER_ENVELOPE)
+            ]
+            out.append(message(rank, "StepMemorySampler", "step_memory", tick, rows))
+    return out
+
+
+def system_messages() -> list[Message]:
+    out = []
+    for seq in range(STEPS):
+        for rank in range(0, RANKS, GPUS_PER_NODE):
+            gpus = [
+                [87.0 + i, 6.2e10 + i * 1e6, 8.5e10, 64.0 + i * 0.5, 512.3 + i, 700.0]
+                for i in range(GPUS_PER_NODE)
+            ]
+            row = {
+                "seq": seq,
+                "ts": T0 + seq * 1_000_000_000 + rank,
+                "cpu": 42.5 + seq * 0.1,
+                "ram_used": 3.2e11,
+                "ram_total": 2.0e12,
+                "gpu_available": True,
+                "gpu_count": GPUS_PER_NODE,
+                "gpus": gpus,
+            }
+            out.append(message(rank, "SystemSampler", "SystemTable", seq, [row]))
+    return out
+
+
+def process_messages() -> list[Message]:
+    out = []
+    for seq in range(STEPS):
+        for rank in range(RANKS):
+            row = {
+                "seq": seq,
+                "ts": T0 + seq * 1_000_000_000 + rank,
+                "pid": 40_000 + rank,
+                "cpu": 103.5 + rank * 0.1,
+                "cpu_cores": 224,
+                "ram_used": 1.2e10,
+                "ram_total": 2.0e12,
+                "gpu_available": True,
+                "gpu_count": GPUS_PER_NODE,
+                "gpu": {
+                    "device": rank % GPUS_PER_NODE,
+                    "mem_used": 2.1e10,
+                    "mem_reserved": 2.5e10,
+                    "mem_total": 8.5e10,
+                },
+            }
+            out.append(message(rank, "ProcessSampler", "ProcessTable", seq, [row]))
+    return out
+
+
+# -- the three contenders ------------------------------------------------------------
+
+
+def run_sdk(messages: list[Message]) -> int:
+    n = 0
+    for msg in messages:
+        n += len(records_from_payload(msg).records)
+    return n
+
+
+def run_reference(messages: list[Message]) -> int:
+    """0.5.0's SQLiteWriter._collect_projection_rows, minus the SQLite insert."""
+    n = 0
+    for msg in messages:
+        for item in msg:
+            envelope = normalize_telemetry_envelope(item)
+            if envelope is None:
+                continue
+            recv_ts_ns = time.time_ns()
+            sampler = envelope.meta.sampler
+            for writer in WRITERS:
+                if not writer.accepts_sampler(sampler):
+                    continue
+                for rows in writer.build_rows(envelope=envelope, recv_ts_ns=recv_ts_ns).values():
+                    n += len(rows)
+    return n
+
+
+def ready_rows(messages: list[Message]) -> list[tuple[type[Any], tuple[Any, ...]]]:
+    return [
+        (type(record), tuple(getattr(record, name) for name in record.COLUMNS))
+        for msg in messages
+        for record in records_from_payload(msg).records
+    ]
+
+
+def run_floor(rows: list[tuple[type[Any], tuple[Any, ...]]]) -> int:
+    return len([record_type(*row) for record_type, row in rows])
+
+
+def best_of(
+    contenders: dict[str, tuple[Callable[[Any], int], Any]], repeats: int
+) -> dict[str, tuple[float, int]]:
+    """Best time and result of each contender, run in turn within every repeat.
+
+    Interleaving lets load from other processes hit all of them alike.
+    """
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    counts: dict[str, int] = {}
+    for _ in range(repeats):
+        for name, (fn, arg) in contenders.items():
+            gc.collect()
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                counts[name] = fn(arg)
+                times[name].append(time.perf_counter() - start)
+            finally:
+                gc.enable()
+    return {name: (min(times[name]), counts[name]) for name in contenders}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    args, _ = parser.parse_known_args(argv)  # nox -s bench passes its posargs to every script
+
+    streams = {
+        "step_time": step_time_messages(),
+        "step_memory": step_memory_messages(),
+        "system": system_messages(),
+        "process": process_messages(),
+    }
+    print(
+        f"records_from_payload vs traceml-ai 0.5.0 normalize_telemetry_envelope + build_rows\n"
+        f"{RANKS} ranks, {STEPS} steps/snapshots; best of {args.repeats}; rows/s (higher is better)\n"
+    )
+    header = (
+        f"{'stream':<12} {'rows':>6} {'SDK rows/s':>12} {'0.5.0 rows/s':>13} {'ratio':>6} "
+        f"{'target':>7} {'':>4}   {'floor rows/s':>13} {'floor/SDK time':>15}"
+    )
+    print(header)
+    print("-" * len(header))
+    misses = 0
+    for stream, messages in streams.items():
+        results = best_of(
+            {
+                "sdk": (run_sdk, messages),
+                "reference": (run_reference, messages),
+                "floor": (run_floor, ready_rows(messages)),
+            },
+            args.repeats,
+        )
+        (sdk_s, sdk_n), (ref_s, ref_n), (floor_s, floor_n) = results.values()
+        if not sdk_n == ref_n == floor_n:
+            raise SystemExit(f"{stream}: SDK built {sdk_n} records, 0.5.0 {ref_n} rows")
+        ratio = ref_s / sdk_s
+        target = TARGETS[stream]
+        verdict = "PASS" if ratio >= target else "MISS"
+        misses += verdict == "MISS"
+        label = f"{stream}+gpu" if stream == "system" else stream
+        print(
+            f"{label:<12} {sdk_n:>6} {sdk_n / sdk_s:>12,.0f} {ref_n / ref_s:>13,.0f} "
+            f"{ratio:>5.2f}x {f'>={target}x':>7} {verdict:>4}   "
+            f"{floor_n / floor_s:>13,.0f} {floor_s / sdk_s:>14.0%}"
+        )
+    print(
+        "\nfloor: record_type(*row) over ready tuples, the cost of the frozen records alone;"
+        "\nfloor/SDK time: the share of the SDK's time that building the records takes."
+    )
+    print(f"\n{'all targets met' if misses == 0 else f'{misses} target(s) missed'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
