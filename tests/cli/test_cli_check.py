@@ -1,0 +1,186 @@
+"""``check``: the conformance suite against any importable module:factory, summarised."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from cli_helpers import error_lines, run_cli
+
+SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$")
+
+FACTORY_OPENS_A_FILE = """
+import tempfile
+
+class Eager:
+    def __init__(self, handle):
+        self.handle = handle
+    def open(self):
+        pass
+    def write(self, records):
+        pass
+    def flush(self):
+        pass
+    def close(self, *, dropped_batches=0):
+        self.handle.close()
+
+def make(context):
+    return Eager(tempfile.TemporaryFile())  # a resource made in the factory: not inert
+"""
+
+ONE_FILE = """
+import json
+
+class OneFileExporter:
+    def __init__(self, path, include_hostname):
+        self._path = path
+        self._include_hostname = include_hostname
+        self._file = None
+    def open(self):
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self._path, "x", encoding="utf-8")
+    def write(self, records):
+        for record in records:
+            data = record.to_dict()
+            if not self._include_hostname:
+                data.pop("hostname", None)
+            self._file.write(json.dumps(data) + "\\n")
+    def flush(self):
+        self._file.flush()
+    def close(self, *, dropped_batches=0):
+        self._file.close()
+
+def make_exporter(context):
+    return OneFileExporter(context.export_dir / "records.jsonl", context.include_hostname)
+
+def read_back(context):
+    out = {}
+    path = context.export_dir / "records.jsonl"
+    for line in path.read_text(encoding="utf-8").splitlines():
+        data = json.loads(line)
+        out.setdefault(data["stream"], []).append(data)
+    return out
+"""
+
+
+def _counts(stdout: str) -> tuple[int, int, int]:
+    match = SUMMARY.match(stdout.splitlines()[-1])
+    assert match, stdout
+    passed, failed, skipped = (int(g) for g in match.groups())
+    return passed, failed, skipped
+
+
+@pytest.fixture
+def exporters(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "eager.py").write_text(FACTORY_OPENS_A_FILE)
+    (src / "one_file.py").write_text(ONE_FILE)
+    return src
+
+
+def test_builtin_jsonl_passes_every_check(tmp_path: Path) -> None:
+    result = run_cli("check", "jsonl", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[0] == "conformance suite for jsonl"
+    assert re.fullmatch(r"  throughput [\d,]+ records/s \(floor [\d,]+\)", lines[1])
+    passed, failed, skipped = _counts(result.stdout)
+    assert passed >= 25
+    assert (failed, skipped) == (0, 0)
+
+
+def test_failing_checks_are_named_with_the_reason(tmp_path: Path, exporters: Path) -> None:
+    result = run_cli("check", "eager:make", cwd=tmp_path, pythonpath=[exporters])
+    assert result.returncode == 1
+    failed_lines = [line for line in result.stdout.splitlines() if line.startswith("  FAILED ")]
+    assert any(
+        line.startswith("  FAILED   test_thread_confinement[factory_is_inert]: AssertionError: ")
+        for line in failed_lines
+    ), result.stdout
+    _, failed, _ = _counts(result.stdout)
+    assert failed >= 1
+    [line] = error_lines(result)
+    assert re.fullmatch(
+        rf"traceml-exporter: error: {failed} of \d+ conformance checks failed for eager:make "
+        r"\(--verbose shows pytest's report\)",
+        line,
+    )
+
+
+def test_skips_have_reasons_and_read_back_turns_fidelity_on(
+    tmp_path: Path, exporters: Path
+) -> None:
+    without = run_cli("check", "one_file:make_exporter", cwd=tmp_path, pythonpath=[exporters])
+    assert without.returncode == 0, without.stdout + without.stderr
+    skipped_lines = [line for line in without.stdout.splitlines() if line.startswith("  skipped ")]
+    assert any(
+        line.startswith("  skipped  test_data_fidelity[") and "read_back" in line
+        for line in skipped_lines
+    ), without.stdout
+    _, _, skipped_without = _counts(without.stdout)
+    assert skipped_without > 0
+
+    with_read_back = run_cli(
+        "check",
+        "one_file:make_exporter",
+        "--read-back",
+        "one_file:read_back",
+        cwd=tmp_path,
+        pythonpath=[exporters],
+    )
+    assert with_read_back.returncode == 0, with_read_back.stdout + with_read_back.stderr
+    assert "test_data_fidelity[" not in with_read_back.stdout
+    _, failed, skipped_with = _counts(with_read_back.stdout)
+    assert failed == 0
+    assert skipped_with < skipped_without
+
+
+def test_pytest_arguments_after_double_dash(tmp_path: Path) -> None:
+    full = _counts(run_cli("check", "jsonl", cwd=tmp_path).stdout)
+    some = run_cli("check", "jsonl", "--", "-k", "lifecycle", cwd=tmp_path)
+    assert some.returncode == 0, some.stdout + some.stderr
+    passed, failed, _ = _counts(some.stdout)
+    assert 0 < passed < full[0]
+    assert failed == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["jsonl", "--", "--no-such-option"],
+            "traceml-exporter: error: pytest did not run the suite (exit 4): python -m pytest: "
+            "error: unrecognized arguments: --no-such-option",
+        ),
+        (
+            ["jsonl", "--", "-k", "no_check_is_named_this"],
+            "traceml-exporter: error: no conformance check ran for jsonl (pytest exit 5); check "
+            "the pytest arguments after '--'",
+        ),
+    ],
+)
+def test_bad_pytest_arguments_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    result = run_cli("check", *args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert error_lines(result) == [message]
+
+
+def test_malformed_spec_exit_2(tmp_path: Path) -> None:
+    result = run_cli("check", "pkg/mod.py:make", cwd=tmp_path)
+    assert result.returncode == 2
+    [line] = error_lines(result)
+    assert line.startswith("traceml-exporter: error: exporter setting 'pkg/mod.py:make': ")
+
+
+def test_without_pytest_exit_5(tmp_path: Path) -> None:
+    result = run_cli(
+        "check", "jsonl", cwd=tmp_path, prelude="import sys\nsys.modules['pytest'] = None"
+    )
+    assert result.returncode == 5
+    assert error_lines(result) == [
+        "traceml-exporter: error: check needs pytest; install it with "
+        "pip install 'traceml-exporter-sdk[testing]'"
+    ]
