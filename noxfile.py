@@ -93,7 +93,7 @@ def bench(session: nox.Session) -> None:
 
 TEMPLATE = ROOT / "template"
 TEMPLATE_SINKS = json.loads((TEMPLATE / "cookiecutter.json").read_text(encoding="utf-8"))["sink"]
-TEMPLATE_TOOLS = ["cookiecutter>=2.6", "cruft>=2.15", "nox>=2025.2.9", "sp-repo-review[cli]"]
+TEMPLATE_TOOLS = ["cookiecutter>=2.6", "cruft>=2.15", "nox>=2025.2.9", "uv", "sp-repo-review[cli]"]
 SDK_TESTING = f"{SDK}[testing]"
 # The newest interpreter at hand: deprecations surface there first (the generated
 # tests turn warnings into errors); mypy's python_version covers the oldest.
