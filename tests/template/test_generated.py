@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -113,6 +114,19 @@ def test_sp_repo_review_finds_nothing(baked: Path) -> None:
     assert not failed
     ignored = read_toml(baked / "pyproject.toml")["tool"]["repo-review"]
     assert all(reason.strip() for reason in ignored["ignore"].values()), "say why"
+
+
+@pytest.mark.sink_independent
+def test_generated_noxfile_runs_lint_and_typecheck(baked: Path, tmp_path: Path) -> None:
+    """The project's own noxfile installs the SDK from TRACEML_EXPORTER_SDK and its groups."""
+    result = run(
+        [tool("nox"), "--envdir", tmp_path / "nox", "-s", "lint", "typecheck"],
+        cwd=baked,
+        env={**os.environ, "TRACEML_EXPORTER_SDK": str(ROOT / "sdk")},
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "-e" in result.stderr
+    assert f"{ROOT / 'sdk'}[testing]" in result.stderr
 
 
 def test_noxfile_has_the_sessions(baked: Path) -> None:
