@@ -113,7 +113,7 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 def files_of(project: Path) -> list[str]:
     """Every file of a baked project, relative, sorted; caches left by tools excluded."""
-    skip = {".mypy_cache", ".pytest_cache", ".ruff_cache", "__pycache__", ".nox"}
+    skip = {".mypy_cache", ".pytest_cache", ".ruff_cache", "__pycache__", ".nox", ".hypothesis"}
     return sorted(
         str(p.relative_to(project))
         for p in project.rglob("*")

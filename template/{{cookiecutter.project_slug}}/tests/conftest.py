@@ -1,8 +1,9 @@
 """Shared fixtures: a context as TraceML builds it, and records of several streams.
 
-The records are the SDK's classes; ``foreign`` copies one into a class that is
-not the SDK's (as TraceML's own classes are not), to prove the exporter only
-relies on ``STREAM``, ``COLUMNS``, the fields and ``to_dict()``.
+The records are the SDK's classes; tests copy them with the SDK's
+``as_foreign`` into look-alike classes that are not the SDK's (as TraceML's own
+classes are not), to prove the exporter only relies on ``STREAM``,
+``COLUMNS``, the fields and ``to_dict()``.
 """
 
 from __future__ import annotations
@@ -100,30 +101,3 @@ def _expected(records: list[ExportRecord], include_hostname: bool) -> ByStream:
 def expected() -> Callable[[list[ExportRecord], bool], ByStream]:
     """``expected(records, include_hostname)``: what must be kept, per stream, in order."""
     return _expected
-
-
-@pytest.fixture
-def foreign() -> Callable[[ExportRecord], ExportRecord]:
-    """Copy a record into a class that is not the SDK's but has the same surface."""
-    classes: dict[str, type[Any]] = {}
-
-    def copy(record: ExportRecord) -> ExportRecord:
-        stream, columns = record.STREAM, record.COLUMNS
-        cls = classes.get(stream)
-        if cls is None:
-
-            def to_dict(self: Any) -> dict[str, Any]:
-                data: dict[str, Any] = {"stream": stream, "schema_version": 1}
-                data.update((name, getattr(self, name)) for name in columns)
-                return data
-
-            namespace = {"STREAM": stream, "COLUMNS": columns, "SCHEMA_VERSION": 1}
-            cls = classes[stream] = type(f"Foreign{stream.title()}Record", (), namespace)
-            cls.to_dict = to_dict
-        clone: ExportRecord = cls()
-        for name, value in record.to_dict().items():
-            if name in columns:
-                setattr(clone, name, value)
-        return clone
-
-    return copy
