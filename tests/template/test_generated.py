@@ -153,6 +153,14 @@ def test_license_text_and_metadata(tmp_path: Path, license_id: str, first_line: 
 
 
 @pytest.mark.sink_independent
+def test_quotes_in_answers_keep_pyproject_valid(tmp_path: Path) -> None:
+    author = 'Ann O\'Brien "AB" \\'
+    project = generate(tmp_path, author_name=author, author_email="a@example.com")
+    pyproject = read_toml(project / "pyproject.toml")
+    assert pyproject["project"]["authors"] == [{"name": author, "email": "a@example.com"}]
+
+
+@pytest.mark.sink_independent
 def test_minimum_python_flows_everywhere(tmp_path: Path) -> None:
     project = generate(tmp_path, python_min="3.12")
     pyproject = read_toml(project / "pyproject.toml")

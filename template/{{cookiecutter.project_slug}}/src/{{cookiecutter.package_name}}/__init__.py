@@ -1,4 +1,4 @@
-"""{{ cookiecutter.project_name }}: a TraceML exporter.
+"""The {{ cookiecutter.project_name }} exporter for TraceML.
 
 Select it in TraceML with the setting ``{{ cookiecutter.package_name }}.exporter:make_exporter``.
 """
