@@ -8,10 +8,28 @@ overlapping. After any exporter method raises, the worker calls nothing more
 on it (not even ``close``), keeps admitting and counting batches, and records
 the loss in ``<session_root>/aggregator/finalization_warning.json``.
 
-Accounting: a record is *delivered* once a later ``flush`` or ``close``
-returned normally. ``failed_records`` is every admitted record that was not
-delivered: after a failure midway, the records written since the last good
-flush, those in the failing call and everything admitted afterwards.
+Accounting: a batch is *admitted* when the worker takes it off the queue and
+selects its records; ``admitted_records`` counts the selected records of every
+admitted batch, whatever happened to the exporter. A batch the worker never
+took (full queue, or still queued when ``shutdown`` timed out) is a *dropped
+batch*; its records are never mapped, so they are counted in
+``dropped_batches`` only, not in ``admitted_records``.
+
+Each ``write`` gets the selected records of every batch queued when the worker
+got to them, up to ``max_batches_per_write`` batches, in queue order: one
+payload batch per write while the exporter keeps up, fewer and larger writes
+when a backlog builds (``max_batches_per_write=1`` gives one write per batch).
+A batch whose records are all unselected gives no write.
+
+A record is *delivered* once a later ``flush`` or ``close`` returned normally.
+``failed_records`` is every admitted record that was not delivered: after a
+failure midway, the records written since the last good flush, those in the
+failing call and everything admitted afterwards.
+
+When ``shutdown`` times out, the worker is abandoned: the batches still queued
+(and one taken but not yet admitted) count as dropped, the report is made from
+what was delivered by then, and when the exporter call in progress returns the
+worker calls nothing more on the exporter, so nothing can change the report.
 """
 
 from __future__ import annotations
@@ -23,9 +41,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import compress
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import orjson
 
@@ -90,6 +109,8 @@ class ExportReport:
         }
 
 
+_PAYLOAD: Final = "payload"
+_RECORDS: Final = "records"
 _Batch = tuple[Literal["payload", "records"], Any]
 
 
@@ -107,10 +128,15 @@ class ExportWorker:
         *,
         queue_size: int = 1024,
         flush_interval_s: float = 1.0,
+        max_batches_per_write: int = 64,
         thread_name: str = "traceml-export-worker",
     ) -> None:
         if queue_size < 1:
             raise ValueError(f"queue_size must be at least 1, got {queue_size}")
+        if max_batches_per_write < 1:
+            raise ValueError(
+                f"max_batches_per_write must be at least 1, got {max_batches_per_write}"
+            )
         if flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s must be positive, got {flush_interval_s}")
         self._setting = exporter
@@ -120,11 +146,17 @@ class ExportWorker:
         self._streams = context.streams
         self._queue_size = queue_size
         self._flush_interval = flush_interval_s
+        self._max_batches = max_batches_per_write
         self._thread_name = thread_name
         self._queue: collections.deque[_Batch] = collections.deque()
-        self._cond = threading.Condition()
+        # One lock guards the queue and every figure of the report, so a report
+        # made while the thread is still running (timed out) reads a consistent state.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting = False
         self._stopping = False
         self._abandoned = False
+        self._in_flight = 0  # batches taken off the queue, not yet admitted
         self._started = False
         self._report: ExportReport | None = None
         self._thread: threading.Thread | None = None
@@ -134,7 +166,7 @@ class ExportWorker:
         self._skipped = 0
         self._admitted = 0
         self._delivered = 0
-        self._by_stream: collections.Counter[str] = collections.Counter()
+        self._by_stream: dict[str, int] = dict.fromkeys(context.streams, 0)
 
     # -- producer side ---------------------------------------------------------
 
@@ -157,43 +189,46 @@ class ExportWorker:
 
     def submit(self, payload: Any) -> bool:
         """Queue one telemetry payload; False when the queue was full and it was dropped."""
-        return self._put(("payload", payload))
+        return self._put((_PAYLOAD, payload))
 
     def submit_records(self, records: Sequence[ExportRecord]) -> bool:
         """Queue ready records (of any class with ``STREAM``); same selection and accounting."""
-        return self._put(("records", records))
+        return self._put((_RECORDS, records))
 
     def _put(self, batch: _Batch) -> bool:
-        with self._cond:
+        with self._lock:
             if self._stopping:
                 raise RuntimeError("ExportWorker is shut down; submit before shutdown()")
             if len(self._queue) >= self._queue_size:
                 self._dropped += 1
                 return False
             self._queue.append(batch)
-            self._cond.notify()
+            if self._waiting:
+                self._cond.notify()
             return True
 
     def shutdown(self, timeout: float | None = 30.0) -> ExportReport:
         """Drain the queue, flush, close; write the warning file if anything was lost.
 
-        After ``timeout`` seconds the batches still queued count as dropped and
-        the report is made from what was delivered by then.
+        After ``timeout`` seconds the batches still queued count as dropped,
+        the report is made from what was delivered by then, and the worker
+        calls nothing more on the exporter (see the module docstring).
         """
         if self._report is not None:
             return self._report
         if not self._started:
             self.start()
         assert self._thread is not None
-        with self._cond:
+        with self._lock:
             self._stopping = True
             self._cond.notify()
         self._thread.join(timeout)
-        timed_out = self._thread.is_alive()
-        with self._cond:
+        with self._lock:
+            timed_out = self._thread.is_alive()
             if timed_out:
                 self._abandoned = True
-                self._dropped += len(self._queue)
+                self._dropped += len(self._queue) + self._in_flight
+                self._in_flight = 0
                 self._queue.clear()
             report = ExportReport(
                 exporter=self.label,
@@ -201,13 +236,13 @@ class ExportWorker:
                 delivered_records=self._delivered,
                 dropped_batches=self._dropped,
                 skipped_units=self._skipped,
-                admitted_by_stream=dict(self._by_stream),
+                admitted_by_stream={s: n for s, n in self._by_stream.items() if n},
                 failure=self._failure,
                 timed_out=timed_out,
             )
         if report.exporter_failed or report.dropped_batches or report.timed_out:
             path = _write_warning(self.context.session_root, report)
-            report = _with_path(report, path)
+            report = replace(report, warning_path=path)
         self._report = report
         return report
 
@@ -243,67 +278,104 @@ class ExportWorker:
 
     def _call(self, method: Method, *args: Any, **kwargs: Any) -> bool:
         exporter = self._exporter
-        if exporter is None:
+        if exporter is None or self._abandoned:
             return False
         try:
             getattr(exporter, method)(*args, **kwargs)
         except BaseException as exc:  # any raise stops export; the run goes on
-            self._fail(method, f"{type(exc).__name__}: {exc}")
+            if not self._abandoned:
+                self._fail(method, f"{type(exc).__name__}: {exc}")
             return False
         return True
 
-    def _select(self, batch: _Batch) -> list[Any]:
-        kind, value = batch
-        if kind == "payload":
-            mapped = records_from_payload(value, streams=self._streams)
-            self._skipped += mapped.skipped
-            records: list[Any] = mapped.records
-        else:
-            selected = self._selected
-            records = [r for r in value if r.STREAM in selected]
-        if records:
-            self._admitted += len(records)
-            self._by_stream.update(map(_stream_of, records))
+    def _admit(self, group: list[_Batch]) -> list[Any]:
+        """Map or filter a group of batches to their selected records, and admit them."""
+        records: list[Any] = []
+        skipped = 0
+        selected = self._selected
+        for kind, value in group:
+            try:
+                if kind == _PAYLOAD:
+                    mapped = records_from_payload(value, streams=self._streams)
+                    skipped += mapped.skipped
+                    records += mapped.records
+                else:
+                    streams = list(map(_stream_of, value))
+                    if selected.issuperset(streams):
+                        records += value
+                    else:
+                        records += compress(value, map(selected.__contains__, streams))
+            except Exception:  # a batch that is not a payload or not records: one lost unit
+                skipped += 1
+        by_stream = collections.Counter(map(_stream_of, records)) if records else None
+        with self._lock:
+            self._in_flight = 0
+            if self._abandoned:  # already counted as dropped by the report
+                return []
+            self._skipped += skipped
+            if by_stream:
+                self._admitted += len(records)
+                for stream, count in by_stream.items():
+                    self._by_stream[stream] += count
         return records
 
+    def _deliver(self, count: int) -> None:
+        with self._lock:
+            if not self._abandoned:
+                self._delivered += count
+
     def _run(self) -> None:
-        if self._exporter is not None:
-            self._call("open")
+        self._call("open")
         pending = 0
         last_flush = time.monotonic()
         interval = self._flush_interval
-        cond = self._cond
+        most = self._max_batches
+        lock = self._lock
+        wait = self._cond.wait
         queue = self._queue
+        group: list[_Batch] | None
         while True:
-            with cond:
+            with lock:
                 while not queue and not self._stopping:
-                    if pending and self._exporter is not None:
-                        remaining = interval - (time.monotonic() - last_flush)
-                        if remaining <= 0 or not cond.wait(remaining):
-                            break
-                    else:
-                        cond.wait()
+                    self._waiting = True
+                    try:
+                        if pending and self._exporter is not None:
+                            remaining = interval - (time.monotonic() - last_flush)
+                            if remaining <= 0 or not wait(remaining):
+                                break
+                        else:
+                            wait()
+                    finally:
+                        self._waiting = False
                 if self._abandoned:
+                    return
+                if len(queue) > most:
+                    group = [queue.popleft() for _ in range(most)]
+                elif queue:
+                    group = list(queue)
+                    queue.clear()
+                elif self._stopping:
                     break
-                batch = queue.popleft() if queue else None
-                if batch is None and self._stopping:
-                    break
-            if batch is not None:
-                records = self._select(batch)
+                else:
+                    group = None
+                if group:
+                    self._in_flight = len(group)
+            if group:
+                records = self._admit(group)
                 if records and self._call("write", records):
                     pending += len(records)
             if pending and time.monotonic() - last_flush >= interval:
                 if self._call("flush"):
-                    self._delivered += pending
+                    self._deliver(pending)
                 pending = 0
                 last_flush = time.monotonic()
-        if pending and self._call("flush"):
-            self._delivered += pending
+        if pending:
+            if self._call("flush"):
+                self._deliver(pending)
             pending = 0
-        with cond:
+        with lock:
             dropped = self._dropped
-        if self._call("close", dropped_batches=dropped):
-            self._delivered += pending
+        self._call("close", dropped_batches=dropped)
 
 
 def _callable_name(factory: Callable[..., object]) -> str:
@@ -325,9 +397,3 @@ def _write_warning(session_root: Path, report: ExportReport) -> Path | None:
         LOG.error("[TraceML] could not write %s: %s", path, exc)
         return None
     return path
-
-
-def _with_path(report: ExportReport, path: Path | None) -> ExportReport:
-    from dataclasses import replace
-
-    return replace(report, warning_path=path)
