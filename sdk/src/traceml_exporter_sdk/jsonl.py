@@ -6,14 +6,23 @@ dropped unless ``include_hostname``. Each file ends with one closing line::
     {"stream": "step_time", "closing": true, "written_records": 1200, "dropped_batches": 0}
 
 which a reader tells from a record line by its ``closing`` key (no record has
-that field). ``written_records`` counts the lines of that file;
-``dropped_batches`` is the worker-wide count, the same in every file.
+that field, and the closing line has no ``schema_version``). ``written_records``
+counts the record lines of that file; ``dropped_batches`` is the worker-wide
+count, the same in every file. A file without a closing line was not closed
+normally (the exporter failed, or the run stopped before ``close``).
+
+Lines are UTF-8 and end with ``\\n``. U+2028, U+2029 and U+0085, which some
+line readers (``str.splitlines``, JavaScript) take for line breaks, are written
+as ``\\u`` escapes, so every reader sees one record per line; the decoded
+values are unchanged. Integers beyond 64 bits, which orjson rejects, and
+strings holding lone surrogates are written through ``json`` instead; a
+non-finite float is ``null`` either way.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -27,14 +36,48 @@ __all__ = ["CLOSING_KEY", "JsonlExporter", "encode_line", "make_exporter"]
 
 CLOSING_KEY = "closing"
 _OPTIONS = orjson.OPT_APPEND_NEWLINE
+_BUFFER_SIZE = 1 << 20
+_LINE_BREAKS = (
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+    (b"\xc2\x85", b"\\u0085"),
+)
 
 
 def encode_line(data: dict[str, Any]) -> bytes:
-    """One JSON line; integers beyond 64 bits (which orjson rejects) go through ``json``."""
+    """One JSON line as the exporter writes it, ``\\n`` included."""
     try:
-        return orjson.dumps(data, option=_OPTIONS)
-    except orjson.JSONEncodeError:
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        line = orjson.dumps(data, option=_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError: an int beyond 64 bits, a lone surrogate
+        line = _fallback_line(data)
+    return line if line.isascii() else _escape_line_breaks(line)
+
+
+def _fallback_line(data: dict[str, Any]) -> bytes:
+    """What orjson would write, for the values it refuses (the rare path)."""
+    text = json.dumps(_finite(data), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    # A lone surrogate cannot be UTF-8; backslashreplace writes it as the JSON escape \udXXX.
+    return text.encode("utf-8", "backslashreplace") + b"\n"
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None, as orjson writes them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _escape_line_breaks(blob: bytes) -> bytes:
+    # These byte sequences only ever encode the three characters (UTF-8 is
+    # self-synchronising), and JSON puts them only inside strings.
+    for raw, escaped in _LINE_BREAKS:
+        if raw in blob:
+            blob = blob.replace(raw, escaped)
+    return blob
 
 
 class JsonlExporter:
@@ -42,6 +85,9 @@ class JsonlExporter:
 
     Files are opened in ``open`` with mode ``x``: an earlier export in the
     same folder is never overwritten (``open`` raises ``FileExistsError``).
+    ``flush`` and ``close`` hand the bytes to the operating system; neither
+    calls ``fsync``, so shutdown does not wait on the disk (a slow or network
+    file system could otherwise push ``close`` past the worker's timeout).
     """
 
     def __init__(self, context: ExporterContext) -> None:
@@ -59,30 +105,46 @@ class JsonlExporter:
         self._dir.mkdir(parents=True, exist_ok=True)
         try:
             for stream, path in self.paths().items():
-                self._files[stream] = open(path, "xb")  # noqa: SIM115 - closed in close()
+                # closed in close()
+                self._files[stream] = open(path, "xb", buffering=_BUFFER_SIZE)  # noqa: SIM115
                 self._written[stream] = 0
         except BaseException:
             self._close_files()
             raise
 
     def write(self, records: Sequence[ExportRecord]) -> None:
+        # The hot path: per record one to_dict, one dumps and one append to
+        # its stream's list; then one write per stream for the whole batch.
+        # Nothing is written when a record's stream is not selected.
         chunks: dict[str, list[bytes]] = {stream: [] for stream in self._files}
+        appenders = {stream: lines.append for stream, lines in chunks.items()}
         drop_hostname = not self._include_hostname
-        for record in records:
-            data = record.to_dict()
-            if drop_hostname:
-                data.pop("hostname", None)
-            try:
-                out = chunks[record.STREAM]
-            except KeyError:
-                raise ValueError(
-                    f"record of stream {record.STREAM!r} is not selected; "
-                    f"this exporter writes {', '.join(self._streams)}"
-                ) from None
-            out.append(encode_line(data))
+        dumps = orjson.dumps
+        options = _OPTIONS
+        try:
+            for record in records:
+                data = record.to_dict()
+                if drop_hostname:
+                    data.pop("hostname", None)
+                try:
+                    line = dumps(data, option=options)
+                except TypeError:  # an int beyond 64 bits, a lone surrogate
+                    line = _fallback_line(data)
+                appenders[record.STREAM](line)
+        except KeyError:
+            unselected = {record.STREAM for record in records} - chunks.keys()
+            if not unselected:
+                raise
+            raise ValueError(
+                f"records of stream {', '.join(sorted(map(repr, unselected)))} are not "
+                f"selected; this exporter writes {', '.join(self._streams)}"
+            ) from None
         for stream, lines in chunks.items():
             if lines:
-                self._files[stream].write(b"".join(lines))
+                blob = b"".join(lines)
+                if not blob.isascii():
+                    blob = _escape_line_breaks(blob)
+                self._files[stream].write(blob)
                 self._written[stream] += len(lines)
 
     def flush(self) -> None:
@@ -100,7 +162,6 @@ class JsonlExporter:
                 }
                 handle.write(encode_line(closing))
                 handle.flush()
-                os.fsync(handle.fileno())
         finally:
             self._close_files()
 
