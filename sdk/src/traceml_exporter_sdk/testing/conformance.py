@@ -356,7 +356,8 @@ def check_flush_twice(suite: ExporterConformance, env: Env) -> None:
 
 @_check("lifecycle")
 def check_writes_interleaved_with_flushes(suite: ExporterConformance, env: Env) -> None:
-    """Rule: many writes each followed by a flush work, and (with read_back) lose nothing.
+    """Rule: many writes each followed by a flush work, and (with read_back) every stream
+    reads back as many records as were written.
 
     The worker runs with a tiny flush interval, so it flushes after every write,
     and each batch is submitted once the previous one was flushed.
@@ -386,7 +387,8 @@ def check_two_instances_in_sequence(suite: ExporterConformance, env: Env) -> Non
     renamed, so an exporter that refuses to overwrite, like the contract's
     OneFileExporter with mode "x", still passes); the second instance must
     work and must leave the first one's output intact. Nothing may carry over
-    between instances (module-level state, process-wide locks).
+    between instances (module-level state, process-wide locks). With read_back,
+    each instance's output holds as many records per stream as it was given.
 
     Contract: "The aggregator process imports the module, reads the attribute and calls
     it as factory(context)."
@@ -545,7 +547,8 @@ def check_no_exception_in_exporter_threads(suite: ExporterConformance, env: Env)
 @_check("stream_dispatch")
 def check_interleaved_streams(suite: ExporterConformance, env: Env) -> None:
     """Rule: one write batch may hold every selected stream, interleaved; each record goes
-    to its own stream.
+    to its own stream (with read_back: every stream reads back as many records as were
+    written to it).
 
     Contract: "One write batch may hold several selected record types, interleaved in
     payload order."
@@ -628,7 +631,8 @@ def _setting_check(setting: str) -> Callable[[ExporterConformance, Env], None]:
 
     check.__name__ = f"check_setting_{setting}"
     check.__doc__ = f"""Rule: the exporter works with export_streams={setting!r}, whose streams
-    reach it through the worker's selection, and writes exactly those.
+    reach it through the worker's selection, and writes exactly those (with read_back:
+    nothing under another stream, per-stream counts equal).
 
     The whole corpus is sent as raw payloads; the worker maps and selects them.
 
@@ -648,9 +652,9 @@ for _setting in EXPORT_STREAM_NAMES:
 def check_unflushed_records_readable_after_close(suite: ExporterConformance, env: Env) -> None:
     """Rule: records written but never flushed are in the sink after close; close flushes.
 
-    Driven as open, write, write, close (no flush). With read_back the records
-    must read back; without it the output must be as large as after an
-    explicit flush.
+    Driven as open, write, write, close (no flush). With read_back every
+    record must read back (per-stream counts); without it the output must be
+    as large as after an explicit flush.
 
     Contract: "It calls open once, then write and flush zero or more times, then close once."
     """
@@ -737,7 +741,8 @@ def _fidelity_run(env: Env, *, include_hostname: bool = False) -> tuple[Run, cmp
 
 @_check("data_fidelity", needs_read_back=True)
 def check_every_record_once(suite: ExporterConformance, env: Env) -> None:
-    """Rule: every written record is read back once per write, under its own stream.
+    """Rule: every written record is read back once per write, under its own stream
+    (per-stream counts; the values are values_equal_to_dict's business).
 
     Contract: "A custom exporter receives the same records as the built-in jsonl exporter,
     those of the selected streams."
@@ -1006,8 +1011,8 @@ def check_records_per_second(suite: ExporterConformance, env: Env) -> None:
     waiting for a CPU (Linux schedstat) is left out, and the best of up to three runs
     counts, so a busy machine does not fail a fast exporter; a clearly slow one gets no
     second run.
-    The figure is reported as the user property ``traceml_exporter_records_per_second``
-    and in the terminal summary.
+    The figure is reported as the user property
+    ``traceml_exporter_records_per_second`` and in the terminal summary.
 
     Contract: "dropped_batches is the number of payload batches the worker never handed to
     write." (a slow exporter fills the worker's queue and batches are dropped)
@@ -1377,7 +1382,7 @@ def _import_factory(spec: str) -> Factory:
     except Exception as exc:
         raise ConformanceConfigError(
             f"factory {spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
-        ) from exc
+        ) from None
     try:
         factory = getattr(module, attribute)
     except AttributeError:
@@ -1403,7 +1408,8 @@ def _resolved_factory(cls: type) -> Factory:
         try:
             return _import_factory(factory)
         except ConformanceConfigError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            problem = str(exc)
+        pytest.fail(problem, pytrace=False)
     return factory  # type: ignore[no-any-return]
 
 
