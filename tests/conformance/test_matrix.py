@@ -1,0 +1,146 @@
+"""Prove the suite's power: each broken exporter fails exactly the checks of its rule.
+
+Every exporter in ``broken_exporters.py`` breaks one rule. The suite runs on it
+in-process (``pytester``), with the jsonl reader as ``read_back``, and the set of
+failed test ids must equal the expected set: the checks of that rule, plus, for
+a mistake that breaks every run (a sqlite connection made in the factory, a
+close without the keyword), every check that needs a working run. The reference
+exporters, which must pass everything, are in ``test_reference_exporters.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from traceml_exporter_sdk.testing import CHECKS
+
+HERE = Path(__file__).parent
+ALL = frozenset(check.test_id for check in CHECKS)
+
+
+def ids(*names: str) -> frozenset[str]:
+    """Test ids of the named checks, e.g. ``test_lifecycle[open_close]``."""
+    by_name = {check.name: check.test_id for check in CHECKS}
+    return frozenset(by_name[name] for name in names)
+
+
+# What still passes when every run of the exporter fails: the checks that never
+# run a whole lifecycle, or that are about a failure anyway.
+SQLITE_SURVIVES = ids("method_signatures", "open_failure_leaks_nothing", "fresh_subprocess")
+CLOSE_SURVIVES = ids(
+    "factory_is_inert",
+    "open_failure_leaks_nothing",
+    "sink_failure_raised",
+    "no_non_daemon_thread_after_failure",
+    "fresh_subprocess",
+)
+
+MATRIX: dict[str, frozenset[str]] = {
+    # thread confinement
+    "broken_exporters:make_resource_in_factory": ids("factory_is_inert"),
+    "broken_exporters:make_sqlite_in_factory": ALL - SQLITE_SURVIVES,
+    "broken_exporters:make_leaked_thread": ids(
+        "resources_released_after_close", "nothing_written_after_close"
+    ),
+    "broken_exporters:make_leaked_fd": ids("resources_released_after_close"),
+    "broken_exporters:make_thread_raises": ids("no_exception_in_exporter_threads"),
+    # lifecycle
+    "broken_exporters:make_close_without_keyword": ALL - CLOSE_SURVIVES,
+    "broken_exporters:make_lazy_open": ids("open_close", "open_flush_close"),
+    "broken_exporters:make_flush_not_idempotent": ids("open_flush_close", "flush_twice"),
+    "broken_exporters:make_flush_truncates": ids("writes_interleaved_with_flushes"),
+    "broken_exporters:make_process_global_lock": ids("two_instances_in_sequence"),
+    # STREAM dispatch
+    "broken_exporters:make_isinstance_dispatch": ids("foreign_record_classes"),
+    "broken_exporters:make_assumes_step_time": ids(
+        "setting_step_memory", "setting_process", "setting_system"
+    ),
+    "broken_exporters:make_one_stream_per_batch": ids(
+        "writes_interleaved_with_flushes",
+        "two_instances_in_sequence",
+        "interleaved_streams",
+        "setting_system",
+        "setting_all",
+        "unflushed_records_readable_after_close",
+        "close_accepts_dropped_batches",
+        "every_record_once",
+        "duplicates_kept",
+        "values_equal_to_dict",
+        "hostname_kept_when_enabled",
+    ),
+    # close semantics
+    "broken_exporters:make_no_flush_on_close": ids("unflushed_records_readable_after_close"),
+    "broken_exporters:make_rejects_dropped_batches": ids("close_accepts_dropped_batches"),
+    "broken_exporters:make_writes_after_close": ids("nothing_written_after_close"),
+    # data fidelity
+    "broken_exporters:make_hostname_leaked": ids("hostname_dropped_by_default"),
+    "broken_exporters:make_hostname_always_dropped": ids("hostname_kept_when_enabled"),
+    "broken_exporters:make_records_reordered": ids("per_stream_order"),
+    "broken_exporters:make_duplicates_dropped": ids("duplicates_kept"),
+    "broken_exporters:make_lossy_values": ids("values_equal_to_dict"),
+    # failure behaviour
+    "broken_exporters:make_leaks_on_open_failure": ids("open_failure_leaks_nothing"),
+    "broken_exporters:make_swallowed_sink_error": ids("sink_failure_raised"),
+    "broken_exporters:make_non_daemon_thread_after_failure": ids(
+        "no_non_daemon_thread_after_failure"
+    ),
+    # throughput, importability
+    "broken_exporters:make_slow": ids("records_per_second"),
+    "broken_path_dependent:make_exporter": ids("fresh_subprocess"),
+}
+
+# The broken exporters write JSON with the standard library, which a busy
+# machine can push below the default floor; only make_slow is held to it.
+FLOORS = {"broken_exporters:make_slow": 20_000}
+
+TEST_FILE = """
+from traceml_exporter_sdk.testing import ExporterConformance, read_jsonl
+
+
+class TestBroken(ExporterConformance):
+    factory = {spec!r}
+    grace_period = 1.0
+    throughput_floor = {floor}
+
+    def read_back(self, context):
+        return read_jsonl(context)
+"""
+
+
+def failed_checks(pytester: pytest.Pytester, spec: str) -> set[str]:
+    floor = FLOORS.get(spec, 5_000)
+    pytester.makepyfile(test_broken=TEST_FILE.format(spec=spec, floor=floor))
+    recorder = pytester.inline_run(
+        "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestUnhandledThreadExceptionWarning"
+    )
+    reports = recorder.getreports("pytest_runtest_logreport")
+    assert reports, "the suite collected nothing"
+    return {r.nodeid.rpartition("::")[2] for r in reports if r.failed}
+
+
+def label(spec: str) -> str:
+    module, _, factory = spec.partition(":")
+    return factory.removeprefix("make_") if module == "broken_exporters" else module
+
+
+@pytest.fixture
+def on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(HERE / "_inprocess_only"))
+    monkeypatch.syspath_prepend(str(HERE))
+
+
+def test_every_check_is_caught_by_some_broken_exporter() -> None:
+    """Each check has at least one broken exporter that fails it ("add one per check")."""
+    caught = frozenset().union(*MATRIX.values())
+    assert sorted(ALL - caught) == []
+
+
+@pytest.mark.usefixtures("on_path")
+@pytest.mark.parametrize(("spec", "expected"), MATRIX.items(), ids=[label(s) for s in MATRIX])
+def test_broken_exporter_fails_exactly_its_checks(
+    pytester: pytest.Pytester, spec: str, expected: frozenset[str]
+) -> None:
+    failed = failed_checks(pytester, spec)
+    assert sorted(failed - expected) == [], "failed checks outside the exporter's rule"
+    assert sorted(expected - failed) == [], "checks of the exporter's rule that did not fail"

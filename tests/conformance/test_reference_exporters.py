@@ -1,0 +1,94 @@
+"""The built-in jsonl exporter and the contract's OneFileExporter pass every check.
+
+Both run through the whole suite in-process (``pytester``), with data-fidelity
+checks on, at the default throughput floor: nothing may fail or be skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from traceml_exporter_sdk.testing import CHECKS
+
+HERE = Path(__file__).parent
+ALL = {check.test_id for check in CHECKS}
+
+
+def outcomes(recorder: pytest.HookRecorder) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {"passed": set(), "failed": set(), "skipped": set()}
+    for report in recorder.getreports("pytest_runtest_logreport"):
+        name = report.nodeid.rpartition("::")[2]
+        if report.failed:
+            out["failed"].add(name)
+        elif report.skipped:
+            out["skipped"].add(name)
+        elif report.when == "call":
+            out["passed"].add(name)
+    return out
+
+
+def test_jsonl_subclass_passes_every_check(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_jsonl="""
+        from traceml_exporter_sdk.testing import ExporterConformance
+
+        class TestJsonl(ExporterConformance):
+            factory = "traceml_exporter_sdk.jsonl:make_exporter"
+        """
+    )
+    result = outcomes(pytester.inline_run("-p", "no:cacheprovider"))
+    assert result == {"passed": ALL, "failed": set(), "skipped": set()}
+
+
+def test_jsonl_spec_option_passes_every_check_with_no_test_file(pytester: pytest.Pytester) -> None:
+    """``--traceml-exporter SPEC`` alone runs the full suite, fidelity checks included."""
+    pytester.makepyfile(test_unrelated="def test_not_collected():\n    raise AssertionError\n")
+    result = outcomes(
+        pytester.inline_run(
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "traceml_exporter_sdk.testing.plugin",
+            "--traceml-exporter",
+            "traceml_exporter_sdk.jsonl:make_exporter",
+        )
+    )
+    assert result == {"passed": ALL, "failed": set(), "skipped": set()}
+
+
+def test_contract_one_file_exporter_passes_every_check(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(HERE))
+    pytester.makepyfile(
+        test_one_file="""
+        from traceml_exporter_sdk.testing import (
+            ExporterConformance,
+            group_by_stream,
+            read_jsonl_lines,
+        )
+
+        class TestOneFileExporter(ExporterConformance):
+            factory = "one_file_exporter:make_exporter"
+
+            def read_back(self, context):
+                return group_by_stream(read_jsonl_lines(context.export_dir / "records.jsonl"))
+        """
+    )
+    result = outcomes(pytester.inline_run("-p", "no:cacheprovider"))
+    assert result == {"passed": ALL, "failed": set(), "skipped": set()}
+
+
+def test_one_file_exporter_is_the_contract_text() -> None:
+    """The copy matches the contract's example line for line, ignoring indentation."""
+    contract = Path("/work/shared/export-records-contract.txt")
+    if not contract.exists():
+        pytest.skip("the contract text is not on this machine")
+    text = contract.read_text(encoding="utf-8")
+    start = text.index("import json\nclass OneFileExporter:")
+    end = text.index("Internal mapping example")
+    expected = [line.strip() for line in text[start:end].splitlines() if line.strip()]
+    source = (HERE / "one_file_exporter.py").read_text(encoding="utf-8")
+    body = source[source.index("import json") :]
+    assert [line.strip() for line in body.splitlines() if line.strip()] == expected
