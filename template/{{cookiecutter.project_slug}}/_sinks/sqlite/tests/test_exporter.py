@@ -19,6 +19,7 @@ from traceml_exporter_sdk.testing.strategies import record_batches
 
 from {{ cookiecutter.package_name }}.exporter import (
     DATABASE_FILE,
+    ROW_ID,
     RUNS_TABLE,
     {{ cookiecutter.exporter_class }},
     make_exporter,
@@ -71,7 +72,7 @@ def test_wal_and_one_table_per_stream_from_columns(
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         info = conn.execute('PRAGMA table_info("step_time")').fetchall()
     step_columns = tuple(c for c in records[0].COLUMNS if c != "hostname")
-    assert tuple(row[1] for row in info) == ("schema_version", *step_columns)
+    assert tuple(row[1] for row in info) == (ROW_ID, "schema_version", *step_columns)
     assert {row[1]: row[2] for row in info}["events"] == "TEXT"
     assert set(read(context)) == {r.STREAM for r in records}
 

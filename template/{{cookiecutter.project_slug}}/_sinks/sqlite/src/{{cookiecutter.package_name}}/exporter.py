@@ -10,7 +10,8 @@ the first record of that stream arrives; ``hostname`` is left out unless
 ``context.include_hostname``. Values are stored as they are (the columns have
 no type affinity, so 0 stays 0, 0.0 stays 0.0 and None stays NULL), except a
 map or list such as StepTimeRecord's ``events``, which is stored as JSON text
-in a column declared ``TEXT``. Rows keep arrival order (``rowid``).
+in a column declared ``TEXT``. ``ROW_ID`` (an ``INTEGER PRIMARY KEY``, so
+stable even through ``VACUUM``) numbers the rows in arrival order.
 ``_export_runs`` gets one row per ``close()``, with ``dropped_batches``.
 
 Transactions: a ``write`` batch is inserted inside a transaction (never row by
@@ -47,6 +48,7 @@ from ._contract import ExporterContext, ExportRecord
 
 __all__ = [
     "DATABASE_FILE",
+    "ROW_ID",
     "RUNS_TABLE",
     "{{ cookiecutter.exporter_class }}",
     "make_exporter",
@@ -56,6 +58,9 @@ __all__ = [
 DATABASE_FILE = "records.sqlite3"
 RUNS_TABLE = "_export_runs"
 """One row per ``close()``: ``closed_unix_ns``, ``dropped_batches``, ``written_records`` (JSON)."""
+
+ROW_ID = "_row_id"
+"""First column of every stream table: arrival order (the rowid; never a record field)."""
 
 JSON_TYPE = "TEXT"
 """Declared type of the columns that hold JSON text (maps and lists, e.g. ``events``)."""
@@ -228,7 +233,10 @@ class {{ cookiecutter.exporter_class }}:
             for i, name in enumerate(columns)
         ]
         table = quote(stream)
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(declared)})")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {table} "
+            f"({quote(ROW_ID)} INTEGER PRIMARY KEY, {', '.join(declared)})"
+        )
         existing = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         for name, declaration in zip(columns, declared, strict=True):
             if name not in existing:  # a later schema added a field
@@ -278,9 +286,10 @@ def read_export(
             if not info:
                 out[stream] = []
                 continue
-            names = [row[1] for row in info]
+            names = [row[1] for row in info if row[1] != ROW_ID]
             decode = {row[1] for row in info if row[2] == JSON_TYPE}
-            rows = conn.execute(f"SELECT * FROM {table} ORDER BY rowid")  # noqa: S608 - quoted
+            columns = ", ".join(map(quote, names))
+            rows = conn.execute(f"SELECT {columns} FROM {table} ORDER BY rowid")  # noqa: S608
             out[stream] = [
                 {
                     "stream": stream,
