@@ -118,9 +118,12 @@ def test_sp_repo_review_finds_nothing(baked: Path) -> None:
 
 @pytest.mark.sink_independent
 def test_generated_noxfile_runs_lint_and_typecheck(baked: Path, tmp_path: Path) -> None:
-    """The project's own noxfile installs the SDK from TRACEML_EXPORTER_SDK and its groups."""
+    """The project's own noxfile installs the SDK from TRACEML_EXPORTER_SDK and its groups.
+
+    (``mypy --version`` only: test_mypy_strict_clean does the checking.)
+    """
     result = run(
-        [tool("nox"), "--envdir", tmp_path / "nox", "-s", "lint", "typecheck"],
+        [tool("nox"), "--envdir", tmp_path / "nox", "-s", "lint", "typecheck", "--", "--version"],
         cwd=baked,
         env={**os.environ, "TRACEML_EXPORTER_SDK": str(ROOT / "sdk")},
     )
