@@ -221,3 +221,12 @@ def test_ci_runs_the_noxfile(baked: Path) -> None:
 def test_root_noxfile_reads_the_sink_list_from_the_template() -> None:
     noxfile = (ROOT / "noxfile.py").read_text("utf-8")
     assert 'TEMPLATE / "cookiecutter.json"' in noxfile
+
+
+@pytest.mark.sink_independent
+def test_root_ruff_leaves_the_jinja_project_alone() -> None:
+    """The root lint session must not read template/{{...}}/ (its pyproject is Jinja)."""
+    result = run([tool("ruff"), "check", "--show-files", "."], cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "{{cookiecutter.project_slug}}" not in result.stdout
+    assert "pre_gen_project.py" in result.stdout
