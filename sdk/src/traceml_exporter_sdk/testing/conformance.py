@@ -1257,11 +1257,19 @@ class ExporterConformance:
         metafunc.parametrize("check", params)
 
     @pytest.fixture
-    def conformance_env(
-        self, tmp_path: Path, record_property: Callable[[str, object], None]
-    ) -> Env:
-        """The per-check environment: a temporary folder and the resolved factory."""
-        return Env(self, tmp_path, record_property)
+    def conformance_env(self, tmp_path: Path, request: pytest.FixtureRequest) -> Env:
+        """The per-check environment: a temporary folder and the resolved factory.
+
+        Figures go to ``user_properties`` directly rather than through the
+        ``record_property`` fixture, which warns under ``--junitxml`` (xunit2)
+        and so breaks projects that turn warnings into errors.
+        """
+        properties = request.node.user_properties
+
+        def record(name: str, value: object) -> None:
+            properties.append((name, value))
+
+        return Env(self, tmp_path, record)
 
     def test_lifecycle(self, check: str, conformance_env: Env) -> None:
         """Lifecycle order: open once, write/flush zero or more times, close once."""
