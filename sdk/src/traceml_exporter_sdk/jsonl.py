@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,7 +37,8 @@ __all__ = ["CLOSING_KEY", "JsonlExporter", "encode_line", "make_exporter"]
 
 CLOSING_KEY = "closing"
 _OPTIONS = orjson.OPT_APPEND_NEWLINE
-_BUFFER_SIZE = 1 << 20
+_BUFFER_SIZE = 1 << 18
+_stream_of = operator.attrgetter("STREAM")
 _LINE_BREAKS = (
     (b"\xe2\x80\xa8", b"\\u2028"),
     (b"\xe2\x80\xa9", b"\\u2029"),
@@ -85,6 +87,8 @@ class JsonlExporter:
 
     Files are opened in ``open`` with mode ``x``: an earlier export in the
     same folder is never overwritten (``open`` raises ``FileExistsError``).
+    A ``write`` that raises (a full disk, a value no encoder takes) may have
+    put part of its batch in the files; the worker uses the exporter no more.
     ``flush`` and ``close`` hand the bytes to the operating system; neither
     calls ``fsync``, so shutdown does not wait on the disk (a slow or network
     file system could otherwise push ``close`` past the worker's timeout).
@@ -95,6 +99,7 @@ class JsonlExporter:
         self._streams = context.streams
         self._include_hostname = context.include_hostname
         self._files: dict[str, IO[bytes]] = {}
+        self._writers: dict[str, Callable[[bytes], object]] = {}
         self._written: dict[str, int] = {}
 
     def paths(self) -> dict[str, Path]:
@@ -105,47 +110,49 @@ class JsonlExporter:
         self._dir.mkdir(parents=True, exist_ok=True)
         try:
             for stream, path in self.paths().items():
-                # closed in close()
-                self._files[stream] = open(path, "xb", buffering=_BUFFER_SIZE)  # noqa: SIM115
+                handle = open(path, "xb", buffering=_BUFFER_SIZE)  # noqa: SIM115 - see close()
+                self._files[stream] = handle
+                self._writers[stream] = handle.write
                 self._written[stream] = 0
         except BaseException:
             self._close_files()
             raise
 
     def write(self, records: Sequence[ExportRecord]) -> None:
-        # The hot path: per record one to_dict, one dumps and one append to
-        # its stream's list; then one write per stream for the whole batch.
-        # Nothing is written when a record's stream is not selected.
-        chunks: dict[str, list[bytes]] = {stream: [] for stream in self._files}
-        appenders = {stream: lines.append for stream, lines in chunks.items()}
+        # The hot path. Each line goes straight into its file's buffer, so no
+        # batch-sized list or blob is built (large joins cost fresh pages).
+        # Streams are checked first: a record of an unselected stream writes nothing.
+        if not isinstance(records, list):
+            records = list(records)
+        streams = list(map(_stream_of, records))
+        kinds = set(streams)
+        writers = self._writers
+        if not kinds <= writers.keys():
+            unselected = ", ".join(sorted(map(repr, kinds - writers.keys())))
+            raise ValueError(
+                f"records of stream {unselected} are not selected; "
+                f"this exporter writes {', '.join(self._streams)}"
+            )
         drop_hostname = not self._include_hostname
         dumps = orjson.dumps
         options = _OPTIONS
-        try:
-            for record in records:
-                data = record.to_dict()
-                if drop_hostname:
-                    data.pop("hostname", None)
-                try:
-                    line = dumps(data, option=options)
-                except TypeError:  # an int beyond 64 bits, a lone surrogate
-                    line = _fallback_line(data)
-                appenders[record.STREAM](line)
-        except KeyError:
-            unselected = {record.STREAM for record in records} - chunks.keys()
-            if not unselected:
-                raise
-            raise ValueError(
-                f"records of stream {', '.join(sorted(map(repr, unselected)))} are not "
-                f"selected; this exporter writes {', '.join(self._streams)}"
-            ) from None
-        for stream, lines in chunks.items():
-            if lines:
-                blob = b"".join(lines)
-                if not blob.isascii():
-                    blob = _escape_line_breaks(blob)
-                self._files[stream].write(blob)
-                self._written[stream] += len(lines)
+        for record, stream in zip(records, streams, strict=True):
+            data = record.to_dict()
+            if drop_hostname:
+                data.pop("hostname", None)
+            try:
+                line = dumps(data, option=options)
+            except TypeError:  # an int beyond 64 bits, a lone surrogate
+                line = _fallback_line(data)
+            if not line.isascii():
+                line = _escape_line_breaks(line)
+            writers[stream](line)
+        written = self._written
+        if len(kinds) == 1:
+            written[streams[0]] += len(streams)
+        else:
+            for stream in kinds:
+                written[stream] += streams.count(stream)
 
     def flush(self) -> None:
         for handle in self._files.values():
@@ -167,6 +174,7 @@ class JsonlExporter:
 
     def _close_files(self) -> None:
         files, self._files = self._files, {}
+        self._writers = {}
         for handle in files.values():
             handle.close()
 
