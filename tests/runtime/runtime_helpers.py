@@ -285,3 +285,78 @@ def count_records(payloads: Iterable[Any], streams: Sequence[str]) -> int:
     from traceml_exporter_sdk import records_from_payload
 
     return sum(len(records_from_payload(p, streams=streams).records) for p in payloads)
+
+
+# -- exporter modules -------------------------------------------------------------
+
+WriteModule = Callable[[str, str], str]
+
+GOOD = """
+import threading
+
+CALLS = []
+
+
+class Exporter:
+    def open(self): pass
+    def write(self, records): pass
+    def flush(self): pass
+    def close(self, *, dropped_batches=0): pass
+
+
+def make_exporter(context):
+    CALLS.append((threading.get_ident(), context))
+    return Exporter()
+"""
+
+
+# Each failure the contract lists: (module source or None for no module, attribute, kind, text).
+FAILURES: dict[str, tuple[str | None, str, str, str]] = {
+    "module_not_found": (None, "make_exporter", "import", "No module named"),
+    "import_error_inside": (
+        "import rt_dependency_that_is_not_installed\n",
+        "make_exporter",
+        "import",
+        "rt_dependency_that_is_not_installed",
+    ),
+    "missing_attribute": (GOOD, "make_exporterr", "attribute", "has no attribute 'make_exporterr'"),
+    "exception_at_import": (
+        "raise RuntimeError('bad config at import')\n",
+        "make",
+        "exception",
+        "bad config at import",
+    ),
+    "system_exit_at_import": ("import sys\nsys.exit(3)\n", "make", "system_exit", "SystemExit(3)"),
+    "exception_in_factory": (
+        "def make(context):\n    raise KeyError('no endpoint')\n",
+        "make",
+        "exception",
+        "no endpoint",
+    ),
+    "system_exit_in_factory": (
+        "import sys\ndef make(context):\n    sys.exit('bye')\n",
+        "make",
+        "system_exit",
+        "SystemExit('bye')",
+    ),
+    "factory_returns_none": (
+        "def make(context):\n    return None\n",
+        "make",
+        "none",
+        "returned None",
+    ),
+    "attribute_not_callable": ("make = 42\n", "make", "exception", "not callable"),
+    "module_getattr_raises": (
+        "def __getattr__(name):\n    raise RuntimeError('lazy attribute failed')\n",
+        "make",
+        "exception",
+        "lazy attribute failed",
+    ),
+}
+
+
+def failing_setting(write_module: WriteModule, case: str) -> tuple[str, str, str]:
+    """Write the module of a FAILURES case; return (setting, kind, text)."""
+    source, attribute, kind, text = FAILURES[case]
+    name = "rt_module_that_does_not_exist" if source is None else write_module(case, source)
+    return f"{name}:{attribute}", kind, text

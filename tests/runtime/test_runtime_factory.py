@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from runtime_helpers import FAILURES, GOOD, WriteModule, failing_setting
 from traceml_exporter_sdk import (
     ExporterContext,
     ExporterSettingError,
@@ -21,9 +21,6 @@ from traceml_exporter_sdk import (
 ACCEPTED = (
     "accepted: 'jsonl', or 'module:factory' - a dotted module path, one colon and one identifier"
 )
-
-WriteModule = Callable[[str, str], str]
-
 
 # -- form check ------------------------------------------------------------------
 
@@ -117,24 +114,6 @@ def test_setting_error_is_a_value_error() -> None:
 
 # -- loader ----------------------------------------------------------------------
 
-GOOD = """
-import threading
-
-CALLS = []
-
-
-class Exporter:
-    def open(self): pass
-    def write(self, records): pass
-    def flush(self): pass
-    def close(self, *, dropped_batches=0): pass
-
-
-def make_exporter(context):
-    CALLS.append((threading.get_ident(), context))
-    return Exporter()
-"""
-
 
 @pytest.fixture
 def context(tmp_path: Path) -> ExporterContext:
@@ -160,58 +139,6 @@ def test_loader_calls_the_factory_once_with_the_context_on_the_calling_thread(
 
 def test_loader_gives_the_builtin_jsonl_exporter(context: ExporterContext) -> None:
     assert isinstance(load_exporter("jsonl", context), JsonlExporter)
-
-
-# Each failure the contract lists: (module source or None for no module, attribute, kind, text).
-FAILURES = {
-    "module_not_found": (None, "make_exporter", "import", "No module named"),
-    "import_error_inside": (
-        "import rt_dependency_that_is_not_installed\n",
-        "make_exporter",
-        "import",
-        "rt_dependency_that_is_not_installed",
-    ),
-    "missing_attribute": (GOOD, "make_exporterr", "attribute", "has no attribute 'make_exporterr'"),
-    "exception_at_import": (
-        "raise RuntimeError('bad config at import')\n",
-        "make",
-        "exception",
-        "bad config at import",
-    ),
-    "system_exit_at_import": ("import sys\nsys.exit(3)\n", "make", "system_exit", "SystemExit(3)"),
-    "exception_in_factory": (
-        "def make(context):\n    raise KeyError('no endpoint')\n",
-        "make",
-        "exception",
-        "no endpoint",
-    ),
-    "system_exit_in_factory": (
-        "import sys\ndef make(context):\n    sys.exit('bye')\n",
-        "make",
-        "system_exit",
-        "SystemExit('bye')",
-    ),
-    "factory_returns_none": (
-        "def make(context):\n    return None\n",
-        "make",
-        "none",
-        "returned None",
-    ),
-    "attribute_not_callable": ("make = 42\n", "make", "exception", "not callable"),
-    "module_getattr_raises": (
-        "def __getattr__(name):\n    raise RuntimeError('lazy attribute failed')\n",
-        "make",
-        "exception",
-        "lazy attribute failed",
-    ),
-}
-
-
-def failing_setting(write_module: WriteModule, case: str) -> tuple[str, str, str]:
-    """Write the module of a FAILURES case; return (setting, kind, text)."""
-    source, attribute, kind, text = FAILURES[case]
-    name = "rt_module_that_does_not_exist" if source is None else write_module(case, source)
-    return f"{name}:{attribute}", kind, text
 
 
 @pytest.mark.parametrize("case", sorted(FAILURES))

@@ -210,6 +210,24 @@ def test_skipped_units_are_counted(tmp_path: Path) -> None:
     assert report.admitted_records == 2
 
 
+def test_a_batch_that_cannot_be_read_is_one_skipped_unit_and_the_worker_goes_on(
+    tmp_path: Path,
+) -> None:
+    recorder = Recorder()
+    worker = worker_for(recorder, context(tmp_path))
+    worker.start()
+    worker.submit_records([object()])  # no STREAM
+    worker.submit_records(42)  # type: ignore[arg-type]
+    worker.submit_records(iter(records_from_payload(step_payload(0, 0, 3)).records))
+    worker.submit(step_payload(0, 3, 2))
+    report = worker.shutdown()
+    assert report.failure is None
+    assert report.skipped_units == 2
+    assert report.admitted_records == len(recorder.written) == 5
+    assert report.admitted_by_stream == {"step_time": 5}
+    assert [r.step for r in recorder.written] == [0, 1, 2, 3, 4]
+
+
 def test_one_write_per_batch_while_the_exporter_keeps_up(tmp_path: Path) -> None:
     recorder = Recorder()
     worker = worker_for(recorder, context(tmp_path), max_batches_per_write=1)

@@ -291,23 +291,29 @@ class ExportWorker:
     def _admit(self, group: list[_Batch]) -> list[Any]:
         """Map or filter a group of batches to their selected records, and admit them."""
         records: list[Any] = []
+        streams: list[str] = []  # records' STREAM, in step with ``records``
         skipped = 0
         selected = self._selected
         for kind, value in group:
             try:
                 if kind == _PAYLOAD:
                     mapped = records_from_payload(value, streams=self._streams)
+                    batch = mapped.records
+                    batch_streams = list(map(_stream_of, batch))
                     skipped += mapped.skipped
-                    records += mapped.records
                 else:
-                    streams = list(map(_stream_of, value))
-                    if selected.issuperset(streams):
-                        records += value
-                    else:
-                        records += compress(value, map(selected.__contains__, streams))
+                    batch = list(value)
+                    batch_streams = list(map(_stream_of, batch))
+                    if not selected.issuperset(batch_streams):
+                        keep = list(map(selected.__contains__, batch_streams))
+                        batch = list(compress(batch, keep))
+                        batch_streams = list(compress(batch_streams, keep))
             except Exception:  # a batch that is not a payload or not records: one lost unit
                 skipped += 1
-        by_stream = collections.Counter(map(_stream_of, records)) if records else None
+                continue
+            records += batch
+            streams += batch_streams
+        by_stream = collections.Counter(streams) if records else None
         with self._lock:
             self._in_flight = 0
             if self._abandoned:  # already counted as dropped by the report
