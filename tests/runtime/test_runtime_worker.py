@@ -481,6 +481,7 @@ def test_a_full_queue_drops_batches_and_submit_never_waits_for_the_exporter(
     worker.submit(step_payload(0, 0, 4))
     wait_for(lambda: "write" in recorder.methods(), "the blocking write")
 
+    assert worker.queued_batches == 0
     results: list[bool] = []
 
     def produce() -> None:
@@ -494,6 +495,7 @@ def test_a_full_queue_drops_batches_and_submit_never_waits_for_the_exporter(
     assert not producer.is_alive()
     assert not release.is_set()
     assert results == [True, True] + [False] * 8
+    assert worker.queued_batches == 2
     release.set()
     report = worker.shutdown()
 

@@ -258,6 +258,11 @@ class ExportWorker:
         return self._thread
 
     @property
+    def queued_batches(self) -> int:
+        """Batches waiting in the queue now; a producer that must not drop waits while it is high."""
+        return len(self._queue)
+
+    @property
     def failure(self) -> ExportFailure | None:
         """The failure that stopped export so far, if any."""
         return self._failure
