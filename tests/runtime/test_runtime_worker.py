@@ -216,9 +216,9 @@ def test_a_batch_that_cannot_be_read_is_one_skipped_unit_and_the_worker_goes_on(
     recorder = Recorder()
     worker = worker_for(recorder, context(tmp_path))
     worker.start()
-    worker.submit_records([object()])  # no STREAM
+    worker.submit_records([object()])  # type: ignore[list-item]  # no STREAM
     worker.submit_records(42)  # type: ignore[arg-type]
-    worker.submit_records(iter(records_from_payload(step_payload(0, 0, 3)).records))
+    worker.submit_records(iter(records_from_payload(step_payload(0, 0, 3)).records))  # type: ignore[arg-type]
     worker.submit(step_payload(0, 3, 2))
     report = worker.shutdown()
     assert report.failure is None
