@@ -68,7 +68,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=MAIN_PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the SDK, tests and noxfile."""
-    session.install("ruff")
+    session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
