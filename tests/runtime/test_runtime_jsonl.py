@@ -362,10 +362,49 @@ def test_a_record_of_an_unselected_stream_is_refused_and_nothing_is_written(
     process = ProcessRecord(T0, 0, 0, 0, 1, 1, 0, "h", T0, 0, *([None] * 10))
     with pytest.raises(ValueError, match="'process' are not selected"):
         exporter.write([step_record(), process])
-    exporter.close()
-    records, closing = read_jsonl(file_of(ctx, "step_time"))
-    assert records == []
-    assert closing[0]["written_records"] == 0
+    assert file_of(ctx, "step_time").read_bytes() == b""
+
+
+def _open_fds_under(path: Path) -> list[str]:
+    fds = Path("/proc/self/fd")
+    found = []
+    for fd in fds.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith(str(path)):
+            found.append(target)
+    return found
+
+
+def test_a_failing_write_closes_every_file_since_close_will_not_be_called(
+    tmp_path: Path,
+) -> None:
+    ctx = context(tmp_path)
+    exporter = JsonlExporter(ctx)
+    exporter.open()
+    assert _open_fds_under(ctx.export_dir)
+    process = ProcessRecord(T0, 0, 0, 0, 1, 1, 0, "h", T0, 0, *([None] * 10))
+    with pytest.raises(ValueError, match="not selected"):
+        exporter.write([process])
+    assert _open_fds_under(ctx.export_dir) == []
+
+
+def test_a_failing_flush_closes_every_file_and_raises_the_flush_error(tmp_path: Path) -> None:
+    ctx = context(tmp_path)
+    exporter = JsonlExporter(ctx)
+    exporter.open()
+    exporter.write([step_record()])
+    handles = list(exporter._files.values())
+    full = open("/dev/full", "wb")  # noqa: SIM115 - handed to the exporter's file
+    os.dup2(full.fileno(), exporter._files["step_time"].fileno())
+    full.close()
+    with pytest.raises(OSError, match="No space left"):
+        exporter.flush()
+    assert handles
+    assert all(handle.closed for handle in handles)
+    assert _open_fds_under(ctx.export_dir) == []
 
 
 def test_flush_puts_the_lines_in_the_file(tmp_path: Path) -> None:

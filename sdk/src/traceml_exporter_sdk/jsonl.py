@@ -21,6 +21,7 @@ non-finite float is ``null`` either way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import operator
@@ -88,7 +89,8 @@ class JsonlExporter:
     Files are opened in ``open`` with mode ``x``: an earlier export in the
     same folder is never overwritten (``open`` raises ``FileExistsError``).
     A ``write`` that raises (a full disk, a value no encoder takes) may have
-    put part of its batch in the files; the worker uses the exporter no more.
+    put part of its batch in the files; the worker uses the exporter no more,
+    so a failing ``write`` or ``flush`` closes every file before it raises.
     ``flush`` and ``close`` hand the bytes to the operating system; neither
     calls ``fsync``, so shutdown does not wait on the disk (a slow or network
     file system could otherwise push ``close`` past the worker's timeout).
@@ -119,6 +121,13 @@ class JsonlExporter:
             raise
 
     def write(self, records: Sequence[ExportRecord]) -> None:
+        try:
+            self._write(records)
+        except BaseException:
+            self._release()
+            raise
+
+    def _write(self, records: Sequence[ExportRecord]) -> None:
         # The hot path. Each line goes straight into its file's buffer, so no
         # batch-sized list or blob is built (large joins cost fresh pages).
         # Streams are checked first: a record of an unselected stream writes nothing.
@@ -155,8 +164,12 @@ class JsonlExporter:
                 written[stream] += streams.count(stream)
 
     def flush(self) -> None:
-        for handle in self._files.values():
-            handle.flush()
+        try:
+            for handle in self._files.values():
+                handle.flush()
+        except BaseException:
+            self._release()
+            raise
 
     def close(self, *, dropped_batches: int = 0) -> None:
         try:
@@ -172,11 +185,23 @@ class JsonlExporter:
         finally:
             self._close_files()
 
+    def _release(self) -> None:
+        """Close every file after a failed call: the worker will not call ``close``."""
+        with contextlib.suppress(OSError):  # the failed call's own error is the one to raise
+            self._close_files()
+
     def _close_files(self) -> None:
+        """Close every file, even when closing one raises; re-raise the first error."""
         files, self._files = self._files, {}
         self._writers = {}
+        error: BaseException | None = None
         for handle in files.values():
-            handle.close()
+            try:
+                handle.close()
+            except BaseException as exc:
+                error = error or exc
+        if error is not None:
+            raise error
 
 
 def make_exporter(context: ExporterContext) -> JsonlExporter:
