@@ -413,19 +413,17 @@ def _wait_for_room(worker: ExportWorker, limit: int) -> None:
     """Back-pressure: wait while the worker's queue holds ``limit`` batches.
 
     ExportWorker drops a batch when its queue is full, as TraceML does; a replay
-    must not, so it waits instead. ExportWorker has no public way to wait for
-    room, so this reads the length of its queue (one producer: it only shrinks
-    between this check and the next submit).
+    must not, so it waits instead (one producer: the queue only shrinks between
+    this check and the next submit).
     """
-    queue = getattr(worker, "_queue", None)
     thread = worker.thread
-    if queue is None or thread is None or len(queue) < limit:
+    if thread is None or worker.queued_batches < limit:
         return
     # Full: let the worker drain half of it before the next look, so the reader
     # wakes (and takes the GIL from the worker) rarely.
     low = limit // 2
     pause = 0.0005
-    while len(queue) > low and thread.is_alive():
+    while worker.queued_batches > low and thread.is_alive():
         time.sleep(pause)
         pause = min(pause * 2, 0.005)
 
