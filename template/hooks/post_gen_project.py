@@ -19,15 +19,16 @@ LICENSE = json.loads(r'''{{ cookiecutter.license | tojson }}''')  # fmt: skip
 
 
 def move_tree(source: Path, destination: Path) -> None:
-    """Move every file of ``source`` to the same relative path under ``destination``."""
+    """Move every file of ``source`` to the same relative path under ``destination``.
+
+    A file already there is replaced: that is a re-bake with ``-f``
+    (overwrite_if_exists). That the common files and a sink's never overlap is
+    checked by the template's own tests.
+    """
     for path in sorted(source.rglob("*")):
         if not path.is_file():
             continue
         target = destination / path.relative_to(source)
-        if target.exists():
-            raise FileExistsError(
-                f"template bug: {target} exists in both the common and sink files"
-            )
         target.parent.mkdir(parents=True, exist_ok=True)
         path.replace(target)
 

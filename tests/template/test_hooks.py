@@ -9,6 +9,7 @@ from cookiecutter.exceptions import FailedHookException
 from template_helpers import (
     DEFAULT_PACKAGE,
     DEFAULT_SLUG,
+    ROOT,
     cookiecutter,
     files_of,
     generate,
@@ -120,3 +121,40 @@ def test_interactive_from_the_repository_root(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Select a template" in result.stdout
     assert (output / DEFAULT_SLUG / "src" / DEFAULT_PACKAGE / "exporter.py").is_file()
+
+
+def _relative_files(root: Path, *, skip: tuple[str, ...] = ()) -> set[str]:
+    return {
+        str(path.relative_to(root))
+        for path in root.rglob("*")
+        if path.is_file() and not any(part in skip for part in path.relative_to(root).parts)
+    }
+
+
+def test_sink_files_never_overlap_the_common_files() -> None:
+    """The post-gen hook moves a sink's files over the common tree; none may collide."""
+    project = ROOT / "template" / "{{cookiecutter.project_slug}}"
+    common = _relative_files(project, skip=("_sinks", "_licenses"))
+    sinks = sorted((project / "_sinks").iterdir())
+    assert sinks
+    for sink in sinks:
+        assert common.isdisjoint(_relative_files(sink)), sink.name
+
+
+def test_rebaking_over_an_existing_project_with_overwrite(tmp_path: Path) -> None:
+    """``cookiecutter -f`` (and ``traceml-exporter new -f``) over a baked project works."""
+    from cookiecutter.main import cookiecutter as run_cookiecutter
+
+    first = generate(tmp_path / "out", author_name="First")
+    second = run_cookiecutter(
+        str(ROOT),
+        no_input=True,
+        extra_context={"author_name": "Second"},
+        output_dir=str(tmp_path / "out"),
+        default_config=True,
+        overwrite_if_exists=True,
+    )
+    assert Path(second) == first
+    assert "Second" in (first / "pyproject.toml").read_text(encoding="utf-8")
+    assert (first / "src" / DEFAULT_PACKAGE / "exporter.py").is_file()
+    assert not (first / "_sinks").exists()
