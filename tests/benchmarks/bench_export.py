@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 from traceml_exporter_sdk import ExporterContext, ExportWorker, records_from_payload
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import one_file_exporter
 
 RANKS = 64

@@ -320,31 +320,9 @@ def make(context):
     return Failing()
 """
 
-ONE_FILE = """
-import json
-
-class OneFileExporter:
-    def __init__(self, path, include_hostname):
-        self._path = path
-        self._include_hostname = include_hostname
-        self._file = None
-    def open(self):
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self._path, "x", encoding="utf-8")
-    def write(self, records):
-        for record in records:
-            data = record.to_dict()
-            if not self._include_hostname:
-                data.pop("hostname", None)
-            self._file.write(json.dumps(data) + "\\n")
-    def flush(self):
-        self._file.flush()
-    def close(self, *, dropped_batches=0):
-        self._file.close()
-
-def make_exporter(context):
-    return OneFileExporter(context.export_dir / "records.jsonl", context.include_hostname)
-"""
+ONE_FILE = (Path(__file__).resolve().parents[1] / "one_file_exporter.py").read_text(
+    encoding="utf-8"
+)
 
 
 def test_custom_exporter_gets_the_selected_records(tmp_path: Path) -> None:

@@ -13,15 +13,15 @@ from runtime_helpers import T0, all_streams_payload, context, step_payload
 from traceml_exporter_sdk import ExportWorker, records_from_payload
 
 HERE = Path(__file__).resolve().parent
-COPY = HERE / "one_file_exporter.py"
+COPY = HERE.parent / "one_file_exporter.py"
 CONTRACT = HERE.parents[2] / "shared" / "export-records-contract.txt"
 SETTING = "one_file_exporter:make_exporter"
 
 
 @pytest.fixture
 def example(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    """Our copy importable as ``one_file_exporter`` (another test folder has one by that name)."""
-    monkeypatch.syspath_prepend(str(HERE))
+    """The shared copy, importable as ``one_file_exporter``."""
+    monkeypatch.syspath_prepend(str(COPY.parent))
     monkeypatch.delitem(sys.modules, "one_file_exporter", raising=False)
     import one_file_exporter
 

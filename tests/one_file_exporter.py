@@ -1,10 +1,10 @@
-"""The contract's ``OneFileExporter`` example, copied verbatim (indentation restored).
-
-Source: the "Custom exporters" section of export-records-contract.txt. It must
-pass every conformance check; ``test_reference_exporters.py`` runs the suite on it.
-"""
+# The contract's custom-exporter example ("Custom exporters" in
+# export-records-contract.txt), copied verbatim: only the indentation and blank
+# lines that the contract's text lost are restored. Do not edit the code below;
+# The one copy every test uses: runtime/test_runtime_one_file.py checks it against
+# the contract text and runs it under ExportWorker, conformance/ runs the suite on it,
+# cli/ replays and checks it, benchmarks/bench_export.py measures it.
 # ruff: noqa: SIM115
-
 import json
 
 
