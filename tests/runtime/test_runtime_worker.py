@@ -579,3 +579,28 @@ def test_healthy_worker_keeps_order_and_count_per_stream(tmp_path: Path) -> None
     assert report.admitted_by_stream["step_time"] == 44
     assert sum(isinstance(r, StepTimeRecord) for r in recorder.written) == 44
     assert report.delivered_records == report.admitted_records == len(expected)
+
+
+def test_submit_deferred_makes_the_payload_on_the_worker_thread(tmp_path: Path) -> None:
+    """A deferred producer runs on the worker's thread; NO_PAYLOAD adds nothing, a raise one skipped unit."""
+    from traceml_exporter_sdk.worker import NO_PAYLOAD
+
+    threads: list[int] = []
+
+    def produce() -> object:
+        threads.append(threading.get_ident())
+        return step_payload(0, 0, 3)
+
+    def broken() -> object:
+        raise ValueError("not a payload")
+
+    worker = ExportWorker(recording_factory(Recorder()), context(tmp_path)).start()
+    assert worker.submit_deferred(produce)
+    assert worker.submit_deferred(lambda: NO_PAYLOAD)
+    assert worker.submit_deferred(broken)
+    report = worker.shutdown()
+    assert worker.thread is not None
+    assert threads == [worker.thread.ident]
+    assert report.admitted_records == 3
+    assert report.skipped_units == 1
+    assert report.failure is None

@@ -18,7 +18,7 @@ import tempfile
 import textwrap
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -481,18 +481,25 @@ def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, ou
     progress = _Progress(f"replay {path.name}", size, "payloads")
     worker.start()
     _tune_gc()
-    submit = worker.submit
+    # JSON Lines are decoded on the worker thread (submit_deferred): decoding here,
+    # beside the worker's mapping, cost more CPU than the decoding itself.
+    if fmt == "jsonl":
+        items: Iterator[Any] = reader.deferred()
+        submit: Callable[[Any], bool] = worker.submit_deferred
+    else:
+        items, submit = iter(reader), worker.submit
+    count = 0  # items handed to the worker: the progress figure while decoding is deferred
     try:
-        for count, payload in enumerate(reader, start=1):
+        for count, item in enumerate(items, start=1):
             _wait_for_room(worker, REPLAY_QUEUE_SIZE)
-            submit(payload)
+            submit(item)
             if progress.enabled and not count % 256:
                 progress.update(reader.position, count)
     except OSError as exc:
         worker.shutdown(args.shutdown_timeout)
         raise CliError(f"cannot read payload file {path}: {_reason(exc)}", EXIT_INPUT) from None
     finally:
-        progress.update(reader.position, reader.payloads, force=True)
+        progress.update(reader.position, count, force=True)
         progress.finish()
     report = worker.shutdown(args.shutdown_timeout)
     unit = "frame" if fmt == "msgpack" else "line"

@@ -24,10 +24,13 @@ import json
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, Any, Literal
 
 import orjson
+
+from .worker import NO_PAYLOAD
 
 __all__ = [
     "FORMATS",
@@ -125,24 +128,43 @@ class PayloadReader:
             self.malformed.append(Malformed(number, reason, offset))
 
     def _jsonl(self) -> Iterator[Any]:
-        loads = orjson.loads
+        for number, offset, line in self._jsonl_lines():
+            payload = self.decode_line(number, offset, line)
+            if payload is not NO_PAYLOAD:
+                yield payload
+
+    def deferred(self) -> Iterator[Callable[[], Any]]:
+        """JSON Lines only: one ``decode()`` callable per non-blank line, for
+        ``ExportWorker.submit_deferred``, so the worker thread does the decoding.
+
+        ``payloads`` and ``malformed`` then grow as the worker decodes; read them
+        after ``shutdown``.
+        """
+        if self.format != "jsonl":
+            raise ValueError(f"deferred decoding reads JSON Lines, not {self.format}")
+        decode = self.decode_line
+        for number, offset, line in self._jsonl_lines():
+            yield partial(decode, number, offset, line)
+
+    def _jsonl_lines(self) -> Iterator[tuple[int, int, bytes]]:
         with self.path.open("rb") as fh:
-            number = 0
-            for line in fh:
-                number += 1
+            for number, line in enumerate(fh, start=1):
                 offset = self.position
                 self.position += len(line)
-                if not line.strip():
-                    continue
-                try:
-                    payload = json.loads(line) if _has_big_int(line) else loads(line)
-                except (ValueError, RecursionError) as exc:
-                    payload = _stdlib_json(line, exc)
-                    if isinstance(payload, _Bad):
-                        self._bad(number, payload.reason, offset)
-                        continue
-                self.payloads += 1
-                yield payload
+                if line.strip():
+                    yield number, offset, line
+
+    def decode_line(self, number: int, offset: int, line: bytes) -> Any:
+        """One JSON Lines payload, or ``NO_PAYLOAD`` after counting it as malformed."""
+        try:
+            payload = json.loads(line) if _has_big_int(line) else orjson.loads(line)
+        except (ValueError, RecursionError) as exc:
+            payload = _stdlib_json(line, exc)
+            if isinstance(payload, _Bad):
+                self._bad(number, payload.reason, offset)
+                return NO_PAYLOAD
+        self.payloads += 1
+        return payload
 
     def _msgpack(self) -> Iterator[Any]:
         decode = _msgpack_decoder()

@@ -54,7 +54,7 @@ from .factory import FactoryFailure, call_factory, load_exporter
 from .mapping import records_from_payload
 from .records import ExportRecord
 
-__all__ = ["WARNING_FILE", "ExportFailure", "ExportReport", "ExportWorker"]
+__all__ = ["NO_PAYLOAD", "WARNING_FILE", "ExportFailure", "ExportReport", "ExportWorker"]
 
 LOG = logging.getLogger("traceml_exporter_sdk")
 WARNING_FILE = "finalization_warning.json"
@@ -111,7 +111,11 @@ class ExportReport:
 
 _PAYLOAD: Final = "payload"
 _RECORDS: Final = "records"
-_Batch = tuple[Literal["payload", "records"], Any]
+_DEFERRED: Final = "deferred"
+
+NO_PAYLOAD: Final = object()
+"""What a ``submit_deferred`` producer returns for "nothing to export" (not a skipped unit)."""
+_Batch = tuple[Literal["payload", "records", "deferred"], Any]
 
 
 class ExportWorker:
@@ -194,6 +198,17 @@ class ExportWorker:
     def submit_records(self, records: Sequence[ExportRecord]) -> bool:
         """Queue ready records (of any class with ``STREAM``); same selection and accounting."""
         return self._put((_RECORDS, records))
+
+    def submit_deferred(self, produce: Callable[[], Any]) -> bool:
+        """Queue a payload that the worker thread makes by calling ``produce()``.
+
+        For a producer that only reads bytes (a replay): decoding on the worker
+        thread keeps the two threads from contending for the GIL over every
+        payload. ``produce`` returning ``NO_PAYLOAD`` adds nothing (not a skipped
+        unit); raising counts one skipped unit. Same queue, drop and accounting
+        as ``submit``.
+        """
+        return self._put((_DEFERRED, produce))
 
     def _put(self, batch: _Batch) -> bool:
         with self._lock:
@@ -301,6 +316,11 @@ class ExportWorker:
         selected = self._selected
         for kind, value in group:
             try:
+                if kind == _DEFERRED:
+                    value = value()
+                    if value is NO_PAYLOAD:
+                        continue
+                    kind = _PAYLOAD
                 if kind == _PAYLOAD:
                     mapped = records_from_payload(value, streams=self._streams)
                     batch = mapped.records
