@@ -30,12 +30,20 @@ When ``shutdown`` times out, the worker is abandoned: the batches still queued
 (and one taken but not yet admitted) count as dropped, the report is made from
 what was delivered by then, and when the exporter call in progress returns the
 worker calls nothing more on the exporter, so nothing can change the report.
+
+Nothing an exporter, a producer or a payload raises (any ``BaseException``,
+one whose ``str()`` raises included) ends the worker thread. Should the thread
+end anyway (a bug of the worker's own), the report says so: a ``worker``
+failure, every batch it had not admitted counted as dropped, the warning file
+written, and later submits dropped and counted.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
+import math
 import operator
 import os
 import threading
@@ -61,7 +69,11 @@ WARNING_FILE = "finalization_warning.json"
 
 _stream_of = operator.attrgetter("STREAM")
 
-Method = Literal["factory", "open", "write", "flush", "close"]
+Method = Literal["factory", "open", "write", "flush", "close", "worker"]
+"""Where export stopped; ``worker`` is the worker thread itself ending early."""
+
+_LONGEST_WAIT = 3600.0
+"""The longest single timed wait: a longer one (an infinite flush interval) overflows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +97,8 @@ class ExportReport:
     failure: ExportFailure | None = None
     timed_out: bool = False
     warning_path: Path | None = None
+    warning_error: str | None = None
+    """Why ``finalization_warning.json`` could not be written, when it had to be and was not."""
 
     @property
     def failed_records(self) -> int:
@@ -141,7 +155,7 @@ class ExportWorker:
             raise ValueError(
                 f"max_batches_per_write must be at least 1, got {max_batches_per_write}"
             )
-        if flush_interval_s <= 0:
+        if not flush_interval_s > 0:  # NaN too; math.inf means "at shutdown only"
             raise ValueError(f"flush_interval_s must be positive, got {flush_interval_s}")
         self._setting = exporter
         self.label = exporter if isinstance(exporter, str) else _callable_name(exporter)
@@ -162,6 +176,8 @@ class ExportWorker:
         self._abandoned = False
         self._in_flight = 0  # batches taken off the queue, not yet admitted
         self._started = False
+        self._finished = False  # the thread ran to its end (or was abandoned)
+        self._dead = False  # the thread ended early; submits are dropped
         self._report: ExportReport | None = None
         self._thread: threading.Thread | None = None
         self._exporter: Exporter | None = None
@@ -187,7 +203,7 @@ class ExportWorker:
             self._fail("factory", loaded.error)
         else:
             self._exporter = loaded
-        self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
+        self._thread = threading.Thread(target=self._main, name=self._thread_name, daemon=True)
         self._thread.start()
         return self
 
@@ -214,7 +230,7 @@ class ExportWorker:
         with self._lock:
             if self._stopping:
                 raise RuntimeError("ExportWorker is shut down; submit before shutdown()")
-            if len(self._queue) >= self._queue_size:
+            if self._dead or len(self._queue) >= self._queue_size:
                 self._dropped += 1
                 return False
             self._queue.append(batch)
@@ -228,9 +244,17 @@ class ExportWorker:
         After ``timeout`` seconds the batches still queued count as dropped,
         the report is made from what was delivered by then, and the worker
         calls nothing more on the exporter (see the module docstring).
+        ``None`` or ``math.inf`` waits as long as the exporter takes.
+
+        Raises:
+            ValueError: ``timeout`` is NaN.
         """
         if self._report is not None:
             return self._report
+        if timeout is not None and math.isnan(timeout):
+            raise ValueError("shutdown timeout must be a number of seconds or None, got nan")
+        if timeout is not None and timeout >= threading.TIMEOUT_MAX:
+            timeout = None
         if not self._started:
             self.start()
         assert self._thread is not None
@@ -238,6 +262,8 @@ class ExportWorker:
             self._stopping = True
             self._cond.notify()
         self._thread.join(timeout)
+        if not self._thread.is_alive() and not self._finished and not self._dead:
+            self._died("the worker thread ended without finishing")
         with self._lock:
             timed_out = self._thread.is_alive()
             if timed_out:
@@ -256,8 +282,8 @@ class ExportWorker:
                 timed_out=timed_out,
             )
         if report.exporter_failed or report.dropped_batches or report.timed_out:
-            path = _write_warning(self.context.session_root, report)
-            report = replace(report, warning_path=path)
+            path, error = _write_warning(self.context.session_root, report)
+            report = replace(report, warning_path=path, warning_error=error)
         self._report = report
         return report
 
@@ -287,7 +313,7 @@ class ExportWorker:
     def _fail(self, method: Method, error: str) -> None:
         self._failure = ExportFailure(method, error)
         self._exporter = None
-        LOG.error(
+        _log_error(
             "[TraceML] exporter %r failed in %s: %s; export stopped for this run, "
             "the loss is recorded in %s",
             self.label,
@@ -295,6 +321,29 @@ class ExportWorker:
             error,
             WARNING_FILE,
         )
+
+    def _died(self, error: str) -> None:
+        """The thread ends early: count what it will never admit, refuse what comes next."""
+        with self._lock:
+            if self._abandoned or self._dead:
+                return
+            self._dead = True
+            self._dropped += len(self._queue) + self._in_flight
+            self._queue.clear()
+            self._in_flight = 0
+            if self._failure is None:
+                self._fail("worker", error)
+            else:
+                self._exporter = None
+                _log_error("[TraceML] export worker %r: %s", self.label, error)
+
+    def _main(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # a bug of the worker's own: report it, never vanish
+            self._died(f"the worker thread died: {describe_exception(exc)}")
+        else:
+            self._finished = True
 
     def _call(self, method: Method, *args: Any, **kwargs: Any) -> bool:
         exporter = self._exporter
@@ -304,14 +353,14 @@ class ExportWorker:
             getattr(exporter, method)(*args, **kwargs)
         except BaseException as exc:  # any raise stops export; the run goes on
             if not self._abandoned:
-                self._fail(method, f"{type(exc).__name__}: {exc}")
+                self._fail(method, describe_exception(exc))
             return False
         return True
 
     def _admit(self, group: list[_Batch]) -> list[Any]:
         """Map or filter a group of batches to their selected records, and admit them."""
         records: list[Any] = []
-        streams: list[str] = []  # records' STREAM, in step with ``records``
+        by_stream: collections.Counter[str] = collections.Counter()
         skipped = 0
         selected = self._selected
         for kind, value in group:
@@ -333,18 +382,22 @@ class ExportWorker:
                         keep = list(map(selected.__contains__, batch_streams))
                         batch = list(compress(batch, keep))
                         batch_streams = list(compress(batch_streams, keep))
-            except Exception:  # a batch that is not a payload or not records: one lost unit
+                counts = collections.Counter(batch_streams)
+                if not selected.issuperset(counts):
+                    raise ValueError("a record's STREAM is not one of the selected")
+            # Not a payload, not records, or a producer or value raising anything at all
+            # (SystemExit, KeyboardInterrupt from a __str__): one lost unit, never the thread.
+            except BaseException:
                 skipped += 1
                 continue
             records += batch
-            streams += batch_streams
-        by_stream = collections.Counter(streams) if records else None
+            by_stream.update(counts)
         with self._lock:
             self._in_flight = 0
             if self._abandoned:  # already counted as dropped by the report
                 return []
             self._skipped += skipped
-            if by_stream:
+            if records:
                 self._admitted += len(records)
                 for stream, count in by_stream.items():
                     self._by_stream[stream] += count
@@ -372,13 +425,16 @@ class ExportWorker:
                     try:
                         if pending and self._exporter is not None:
                             remaining = interval - (time.monotonic() - last_flush)
-                            if remaining <= 0 or not wait(remaining):
+                            if remaining <= 0:
+                                break
+                            if not wait(min(remaining, _LONGEST_WAIT)):
                                 break
                         else:
                             wait()
                     finally:
                         self._waiting = False
                 if self._abandoned:
+                    self._finished = True
                     return
                 if len(queue) > most:
                     group = [queue.popleft() for _ in range(most)]
@@ -415,16 +471,37 @@ def _callable_name(factory: Callable[..., object]) -> str:
     return f"{module}:{name}"
 
 
-def _write_warning(session_root: Path, report: ExportReport) -> Path | None:
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` for any exception, also one whose ``str()`` raises (never raises)."""
+    try:
+        name = type(exc).__name__
+    except BaseException:  # a metaclass whose __name__ raises
+        name = "BaseException"
+    try:
+        message = str(exc)
+    except BaseException:
+        return f"{name}: <unprintable {name}>"
+    return f"{name}: {message}"
+
+
+def _log_error(message: str, *args: object) -> None:
+    """Log, but never let a raising handler or filter end the worker thread."""
+    with contextlib.suppress(Exception):
+        LOG.error(message, *args)
+
+
+def _write_warning(session_root: Path, report: ExportReport) -> tuple[Path | None, str | None]:
+    """Write the warning file; ``(path, None)``, or ``(None, why it could not be written)``."""
     path = session_root / "aggregator" / WARNING_FILE
+    tmp = path.with_suffix(".json.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
         tmp.write_bytes(
             orjson.dumps({"export": report.warning_block()}, option=orjson.OPT_INDENT_2)
         )
         os.replace(tmp, path)
     except OSError as exc:
-        LOG.error("[TraceML] could not write %s: %s", path, exc)
-        return None
-    return path
+        reason = f"could not write {path}: {exc.strerror or exc}"
+        _log_error("[TraceML] %s; the loss it records: %s", reason, report.warning_block())
+        return None, reason
+    return path, None
