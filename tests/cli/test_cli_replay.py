@@ -414,18 +414,6 @@ def test_unimportable_exporter_says_how_to_fix_it(tmp_path: Path) -> None:
     assert f"PYTHONPATH={tmp_path}" in line
 
 
-def test_reused_session_root_fails_in_open(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "p.jsonl", [step_time_payload(0, 1)])
-    first = run_cli("replay", "jsonl", "--payloads", str(path), "--session-root", "r", cwd=tmp_path)
-    assert first.returncode == 0
-    again = run_cli("replay", "jsonl", "--payloads", str(path), "--session-root", "r", cwd=tmp_path)
-    assert again.returncode == 4
-    [line] = error_lines(again)
-    assert line.startswith(
-        "traceml-exporter: error: exporter 'jsonl' failed in open: FileExistsError"
-    )
-
-
 def test_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "p.jsonl", [step_time_payload(0, s) for s in range(300)])
     controller, terminal = pty.openpty()

@@ -256,3 +256,20 @@ def test_a_worker_thread_that_dies_is_reported_as_a_failure_with_the_loss_counte
     assert block["dropped_batches"] == 5
     assert exporter.calls == ["open"]
     assert calls == 1
+
+
+def test_a_warning_file_that_cannot_be_written_is_in_the_report_and_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx = context(tmp_path, "step_time")
+    ctx.session_root.mkdir(parents=True)
+    (ctx.session_root / "aggregator").write_text("a file where the folder goes")
+    report = _run(ctx, Raising("write", RuntimeError("sink gone")))
+
+    assert report.warning_path is None
+    assert report.warning_error is not None
+    assert report.warning_error.startswith(
+        f"could not write {ctx.session_root / 'aggregator' / 'finalization_warning.json'}: "
+    )
+    logged = [r.getMessage() for r in caplog.records if r.name == "traceml_exporter_sdk"]
+    assert any(report.warning_error in m and "'failed_records': 15" in m for m in logged), logged

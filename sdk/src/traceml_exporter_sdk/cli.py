@@ -9,6 +9,7 @@ the exit codes in ``EXIT_CODES``; never a traceback. Set
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import logging
@@ -27,6 +28,7 @@ import orjson
 from . import __version__
 from .context import ExporterContext
 from .factory import ExporterSettingError, check_exporter_setting
+from .feeding import Stop, feed, record_stop, shut_down
 from .streams import ALL_STREAMS, DEFAULT_EXPORT_STREAMS, EXPORT_STREAM_NAMES, parse_export_streams
 from .worker import ExportReport, ExportWorker
 
@@ -369,11 +371,43 @@ def _streams(value: str | None) -> str:
 
 
 def _session_root(value: str | None) -> Path:
+    """A new or empty folder the replay can write in; anything else is exit 3, untouched."""
     if value is None:
-        return Path(tempfile.mkdtemp(prefix="traceml-replay-", dir=Path.cwd()))
+        try:
+            return Path(tempfile.mkdtemp(prefix="traceml-replay-", dir=Path.cwd()))
+        except OSError as exc:
+            raise CliError(
+                f"cannot make a session root in {Path.cwd()}: {_reason(exc)} (give --session-root)",
+                EXIT_INPUT,
+            ) from None
     root = Path(value)
-    if root.exists() and not root.is_dir():
-        raise CliError(f"--session-root {root} exists and is not a folder", EXIT_INPUT)
+    try:
+        if root.is_symlink() and not root.exists():
+            raise CliError(
+                f"--session-root {root} is a symbolic link to nothing (dangling, or a loop)",
+                EXIT_INPUT,
+            )
+        if root.exists() and not root.is_dir():
+            raise CliError(f"--session-root {root} exists and is not a folder", EXIT_INPUT)
+        if root.is_dir() and any(root.iterdir()):
+            raise CliError(
+                f"--session-root {root} is not empty (an earlier run's folder?); give a new "
+                "or empty folder, so that nothing of another run is overwritten",
+                EXIT_INPUT,
+            )
+    except OSError as exc:
+        raise CliError(f"cannot use --session-root {root}: {_reason(exc)}", EXIT_INPUT) from None
+    made = not root.exists()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".traceml-probe-", dir=root))
+    except OSError as exc:
+        if made:
+            with contextlib.suppress(OSError):
+                root.rmdir()
+        raise CliError(
+            f"cannot write in --session-root {root}: {_reason(exc)}", EXIT_INPUT
+        ) from None
     return root
 
 
@@ -407,25 +441,6 @@ class _Progress:
         if self._shown:
             sys.stderr.write("\n")
             sys.stderr.flush()
-
-
-def _wait_for_room(worker: ExportWorker, limit: int) -> None:
-    """Back-pressure: wait while the worker's queue holds ``limit`` batches.
-
-    ExportWorker drops a batch when its queue is full, as TraceML does; a replay
-    must not, so it waits instead (one producer: the queue only shrinks between
-    this check and the next submit).
-    """
-    thread = worker.thread
-    if thread is None or worker.queued_batches < limit:
-        return
-    # Full: let the worker drain half of it before the next look, so the reader
-    # wakes (and takes the GIL from the worker) rarely.
-    low = limit // 2
-    pause = 0.0005
-    while worker.queued_batches > low and thread.is_alive():
-        time.sleep(pause)
-        pause = min(pause * 2, 0.005)
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
@@ -462,22 +477,27 @@ def _make_worker(args: argparse.Namespace, spec: str, streams_value: str) -> Exp
 
 
 def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, out: TextIO) -> int:
-    from .replay import MISSING_MSGSPEC, PayloadReader, detect_format
+    from .replay import MISSING_MSGSPEC, PayloadReader, open_payloads
 
     path = Path(args.payloads)
     _check_input_file(path, "payload file")
     try:
-        fmt = detect_format(path) if args.format == "auto" else args.format
+        # Opened once: detection must not eat the first bytes of a pipe or FIFO.
+        fmt, stream = open_payloads(path, None if args.format == "auto" else args.format)
     except OSError as exc:
         raise CliError(f"cannot read payload file {path}: {_reason(exc)}", EXIT_INPUT) from None
-    if fmt == "msgpack":
-        try:
-            importlib.import_module("msgspec")
-        except ImportError:
-            raise CliError(MISSING_MSGSPEC, EXIT_DEPENDENCY) from None
-    reader = PayloadReader(path, fmt)
-    size = path.stat().st_size
-    worker = _make_worker(args, spec, streams_value)
+    try:
+        if fmt == "msgpack":
+            try:
+                importlib.import_module("msgspec")
+            except ImportError:
+                raise CliError(MISSING_MSGSPEC, EXIT_DEPENDENCY) from None
+        size = path.stat().st_size if path.is_file() else 0
+        worker = _make_worker(args, spec, streams_value)
+    except BaseException:
+        stream.close()
+        raise
+    reader = PayloadReader(path, fmt, source=stream)
     progress = _Progress(f"replay {path.name}", size, "payloads")
     worker.start()
     _tune_gc()
@@ -488,20 +508,33 @@ def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, ou
         submit: Callable[[Any], bool] = worker.submit_deferred
     else:
         items, submit = iter(reader), worker.submit
-    count = 0  # items handed to the worker: the progress figure while decoding is deferred
+
+    submitted = 0  # items handed to the worker: the progress figure while decoding is deferred
+
+    def show(count: int) -> None:
+        nonlocal submitted
+        submitted = count
+        if progress.enabled and not count % 256:
+            progress.update(reader.position, count)
+
+    stop = None
     try:
-        for count, item in enumerate(items, start=1):
-            _wait_for_room(worker, REPLAY_QUEUE_SIZE)
-            submit(item)
-            if progress.enabled and not count % 256:
-                progress.update(reader.position, count)
+        stop = feed(
+            worker,
+            items,
+            submit,
+            limit=REPLAY_QUEUE_SIZE,
+            timeout=args.shutdown_timeout,
+            progress=show,
+        )
     except OSError as exc:
         worker.shutdown(args.shutdown_timeout)
         raise CliError(f"cannot read payload file {path}: {_reason(exc)}", EXIT_INPUT) from None
     finally:
-        progress.update(reader.position, count, force=True)
+        progress.update(reader.position, submitted, force=True)
         progress.finish()
-    report = worker.shutdown(args.shutdown_timeout)
+        stream.close()
+    report, stop = _end(worker, stop, args.shutdown_timeout, f"at byte {reader.position:,}")
     unit = "frame" if fmt == "msgpack" else "line"
     lines = [f"replay of {path} ({fmt}, {reader.payloads:,} payloads) into {spec}"]
     lines += _where(worker)
@@ -513,7 +546,7 @@ def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, ou
         lines.append(f"  {unit} {bad.number}{where}: {bad.reason}")
     if reader.malformed_count > len(reader.malformed):
         lines.append(f"  ... and {reader.malformed_count - len(reader.malformed):,} more")
-    return _finish(report, lines, out, spec)
+    return _finish(report, lines, out, spec, stop, f"at byte {reader.position:,}")
 
 
 def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out: TextIO) -> int:
@@ -541,18 +574,22 @@ def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out:
         worker.start()
         _tune_gc()
         try:
-            for batch in source.batches():
-                _wait_for_room(worker, REPLAY_QUEUE_SIZE)
-                if batch:
-                    worker.submit_records(batch)
-                progress.update(source.rows_read, source.rows_read)
+            stop = feed(
+                worker,
+                (batch for batch in source.batches() if batch),
+                worker.submit_records,
+                limit=REPLAY_QUEUE_SIZE,
+                timeout=args.shutdown_timeout,
+                progress=lambda _n: progress.update(source.rows_read, source.rows_read),
+            )
         except BackfillError as exc:
             worker.shutdown(args.shutdown_timeout)
             raise CliError(str(exc), EXIT_INPUT) from None
         finally:
             progress.update(source.rows_read, source.rows_read, force=True)
             progress.finish()
-        report = worker.shutdown(args.shutdown_timeout)
+        where = f"at row {source.rows_read:,} of {source.total_rows:,}"
+        report, stop = _end(worker, stop, args.shutdown_timeout, where)
     finally:
         source.close()
     lines = [f"backfill of {path} ({source.rows_read:,} rows) into {spec}"]
@@ -569,7 +606,22 @@ def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out:
         lines.append(f"  {bad.table} id {bad.row_id}: {bad.reason}")
     if source.skipped > len(source.bad_rows):
         lines.append(f"  ... and {source.skipped - len(source.bad_rows):,} more")
-    return _finish(report, lines, out, spec)
+    return _finish(report, lines, out, spec, stop, where)
+
+
+def _end(
+    worker: ExportWorker, stop: Stop | None, timeout: float, where: str
+) -> tuple[ExportReport, Stop | None]:
+    """Drain and close the worker; after an early stop, record it in the warning file.
+
+    After a stall the exporter has already had ``timeout`` seconds: shut down at once.
+    """
+    report, pressed = shut_down(worker, 0.0 if stop and stop.kind == "stalled" else timeout)
+    if pressed and stop is None:
+        stop = Stop("interrupted", None)
+    if stop is not None:
+        report = record_stop(worker, report, stop, where, {})
+    return report, stop
 
 
 def _where(worker: ExportWorker) -> list[str]:
@@ -586,7 +638,14 @@ def _per_stream(report: ExportReport, streams: Iterable[str]) -> list[str]:
     return lines
 
 
-def _finish(report: ExportReport, lines: list[str], out: TextIO, spec: str) -> int:
+def _finish(
+    report: ExportReport,
+    lines: list[str],
+    out: TextIO,
+    spec: str,
+    stop: Stop | None = None,
+    where: str = "",
+) -> int:
     lines.append(f"{'dropped batches':<26} {report.dropped_batches:,}")
     if report.failure is not None:
         status = f"FAILED in {report.failure.method}: {report.failure.error}"
@@ -598,22 +657,36 @@ def _finish(report: ExportReport, lines: list[str], out: TextIO, spec: str) -> i
         f"{'exporter':<26} {status} (delivered {report.delivered_records:,} of "
         f"{report.admitted_records:,} records)"
     )
+    if stop is not None:
+        lines.append(f"{'stopped early':<26} {stop.describe(where)}")
     if report.warning_path is not None:
         lines.append(f"{'finalization_warning.json':<26} {report.warning_path}")
+    elif report.warning_error is not None:
+        lines.append(f"{'finalization_warning.json':<26} NOT WRITTEN: {report.warning_error}")
     out.write("\n".join(lines) + "\n")
     out.flush()
     lost = report.failure is not None or report.timed_out or report.dropped_batches
-    if not lost:
+    if not lost and stop is None and report.warning_error is None:
         return EXIT_OK
-    warning = f"; the loss is recorded in {report.warning_path}" if report.warning_path else ""
-    if report.failure is not None:
+    if report.warning_path is not None:
+        recorded = f"; the loss is recorded in {report.warning_path}"
+    elif report.warning_error is not None:
+        recorded = f"; and the loss could not be recorded: {report.warning_error}"
+    else:
+        recorded = ""
+    if stop is not None and stop.kind == "interrupted":
+        _error_line(f"{stop.describe(where)}{recorded.replace('the loss', 'this')}")
+        return EXIT_INTERRUPTED
+    if stop is not None:
+        message = f"exporter {spec!r} stalled: {stop.describe(where)}"
+    elif report.failure is not None:
         message = f"exporter {spec!r} failed in {report.failure.method}: {report.failure.error}"
         message += _import_hint(report, spec)
     elif report.timed_out:
         message = f"exporter {spec!r} did not finish within --shutdown-timeout"
     else:
         message = f"{report.dropped_batches} batches were dropped"
-    _error_line(message + warning)
+    _error_line(message + recorded)
     return EXIT_EXPORT
 
 

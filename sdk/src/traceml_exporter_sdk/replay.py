@@ -15,11 +15,16 @@ found again; that is recorded as malformed too. JSON integers stay exact however
 large: a line with one that orjson would turn into a float is decoded by ``json``. Decoded values are handed on
 as they are: whatever is not an envelope is for ``records_from_payload`` to
 count as a skipped unit, as TraceML's aggregator would.
+
+The file is opened once (``open_payloads``), so a pipe, ``/dev/stdin`` or a
+FIFO is read correctly: the bytes that format detection looks at are handed
+on to the reader, not read a second time.
 """
 
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import struct
 from collections.abc import Callable, Iterator
@@ -39,7 +44,9 @@ __all__ = [
     "PayloadFormat",
     "PayloadReader",
     "detect_format",
+    "format_of",
     "frame",
+    "open_payloads",
 ]
 
 PayloadFormat = Literal["jsonl", "msgpack"]
@@ -85,14 +92,22 @@ def frame(message: bytes) -> bytes:
 
 
 def detect_format(path: Path) -> PayloadFormat:
-    """``jsonl`` when the file starts like JSON text, ``msgpack`` when it starts like a frame.
+    """The format of a regular file (see ``format_of``); a pipe's bytes would be lost here."""
+    with path.open("rb") as fh:
+        return format_of(fh.read(_HEAD))
+
+
+_HEAD = 5
+
+
+def format_of(head: bytes) -> PayloadFormat:
+    """``jsonl`` when ``head`` (a file's first 5 bytes) starts like JSON text, ``msgpack``
+    when it starts like a frame.
 
     A frame starts with a length whose high byte is 0 for any message under
     16 MiB, so its first byte is NUL, which JSON text never starts with. An
     empty file is ``jsonl`` (with no payloads).
     """
-    with path.open("rb") as fh:
-        head = fh.read(5)
     stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
     if not head or stripped[:1] in (b"{", b"[") or not stripped:
         return "jsonl"
@@ -101,9 +116,58 @@ def detect_format(path: Path) -> PayloadFormat:
     return "jsonl"
 
 
+def open_payloads(path: Path, fmt: PayloadFormat | None = None) -> tuple[PayloadFormat, IO[bytes]]:
+    """Open ``path`` once and detect its format (unless ``fmt`` is given) without losing
+    the bytes detection reads, also from a pipe or FIFO. The caller closes the stream.
+
+    Raises:
+        OSError: the file cannot be opened or read.
+    """
+    fh = path.open("rb")
+    try:
+        if fmt is not None:
+            return fmt, fh
+        head = fh.read(_HEAD)
+        if fh.seekable():
+            fh.seek(0)
+            return format_of(head), fh
+        return format_of(head), io.BufferedReader(_Prefixed(head, fh), buffer_size=_CHUNK)
+    except BaseException:
+        fh.close()
+        raise
+
+
+class _Prefixed(io.RawIOBase):
+    """A non-seekable stream with the bytes already read from it put back in front."""
+
+    def __init__(self, head: bytes, rest: io.BufferedReader) -> None:
+        self._head = memoryview(head)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read1(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._rest.close()
+        super().close()
+
+
 @dataclass
 class PayloadReader:
     """Iterate the payloads of one file; ``malformed`` and ``position`` update as it reads.
+
+    ``source``, when given, is read instead of opening ``path`` (``open_payloads``'
+    stream, for a pipe); it is closed at the end.
 
     Raises on iteration:
         OSError: the file cannot be read.
@@ -116,6 +180,11 @@ class PayloadReader:
     malformed: list[Malformed] = field(default_factory=list)
     payloads: int = 0
     position: int = 0
+    source: IO[bytes] | None = None
+
+    def _open(self) -> IO[bytes]:
+        source, self.source = self.source, None
+        return source if source is not None else self.path.open("rb")
 
     def __iter__(self) -> Iterator[Any]:
         if self.format == "msgpack":
@@ -147,7 +216,7 @@ class PayloadReader:
             yield partial(decode, number, offset, line)
 
     def _jsonl_lines(self) -> Iterator[tuple[int, int, bytes]]:
-        with self.path.open("rb") as fh:
+        with self._open() as fh:
             for number, line in enumerate(fh, start=1):
                 offset = self.position
                 self.position += len(line)
@@ -168,7 +237,7 @@ class PayloadReader:
 
     def _msgpack(self) -> Iterator[Any]:
         decode = _msgpack_decoder()
-        with self.path.open("rb") as fh:
+        with self._open() as fh:
             buffer = b""
             start = 0
             number = 0

@@ -491,17 +491,26 @@ def _log_error(message: str, *args: object) -> None:
 
 
 def _write_warning(session_root: Path, report: ExportReport) -> tuple[Path | None, str | None]:
-    """Write the warning file; ``(path, None)``, or ``(None, why it could not be written)``."""
+    return write_warning_file(session_root, {"export": report.warning_block()})
+
+
+def write_warning_file(
+    session_root: Path, content: dict[str, Any]
+) -> tuple[Path | None, str | None]:
+    """Write ``content`` as ``<session_root>/aggregator/finalization_warning.json``.
+
+    Written to a ``.tmp`` file and renamed into place. Returns ``(path, None)``,
+    or ``(None, why)`` when it could not be written; that is logged at ERROR too,
+    with the content, so the loss it records is never silent.
+    """
     path = session_root / "aggregator" / WARNING_FILE
     tmp = path.with_suffix(".json.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(
-            orjson.dumps({"export": report.warning_block()}, option=orjson.OPT_INDENT_2)
-        )
+        tmp.write_bytes(orjson.dumps(content, option=orjson.OPT_INDENT_2))
         os.replace(tmp, path)
     except OSError as exc:
         reason = f"could not write {path}: {exc.strerror or exc}"
-        _log_error("[TraceML] %s; the loss it records: %s", reason, report.warning_block())
+        _log_error("[TraceML] %s; what it records: %s", reason, content)
         return None, reason
     return path, None
