@@ -140,15 +140,26 @@ def test_never_imports_the_exporter(tmp_path: Path) -> None:
 
 def test_config_with_wrong_types(tmp_path: Path) -> None:
     config = tmp_path / "traceml.yaml"
-    config.write_text("export_streams: [step_time, system]\nexporter_hostname: yes please\n")
+    config.write_text("export_streams: 12\nexporter_hostname: yes please\n")
     result = run_cli("validate", "--config", str(config), cwd=tmp_path)
     assert result.returncode == 1
     assert error_lines(result) == [
         "traceml-exporter: error: export_streams must be a string of comma-separated names, got "
-        "list; supported names: step_time, step_memory, process, system, all (comma separated) "
+        "int; supported names: step_time, step_memory, process, system, all (comma separated) "
         f"(from config {config})",
         "traceml-exporter: error: exporter_hostname 'yes please' is not a boolean; use true or "
         f"false (also 1/0) (from config {config})",
+    ]
+
+
+def test_a_list_for_a_setting_is_exit_3(tmp_path: Path) -> None:
+    config = tmp_path / "traceml.yaml"
+    config.write_text("export_streams: [step_time, system]\n")
+    result = run_cli("validate", "--config", str(config), cwd=tmp_path)
+    assert result.returncode == 3
+    assert error_lines(result) == [
+        f"traceml-exporter: error: {config}: export_streams must be one plain value (a string, "
+        "number or boolean), not a list"
     ]
 
 
@@ -211,3 +222,104 @@ def test_flat_reader_subset() -> None:
     }
     with pytest.raises(ConfigError, match="line 1: not a 'key: value' line"):
         parse_flat_yaml("just words\n")
+
+
+# -- hostile traceml.yaml: bounded reading and printing ---------------------------
+
+
+def _alias_bomb(key: str) -> str:
+    """About 400 bytes that expand to 9**9 strings when walked (or printed) whole."""
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    previous = "a"
+    for name in "bcdefghi":
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+        previous = name
+    return "\n".join(lines) + f"\n{key}: *i\n"
+
+
+def test_an_alias_bomb_as_a_setting_is_exit_3_in_one_short_line(tmp_path: Path) -> None:
+    config = tmp_path / "traceml.yaml"
+    config.write_text(_alias_bomb("exporter"))
+    result = run_cli("validate", "--config", str(config), cwd=tmp_path, timeout=60)
+    assert result.returncode == 3
+    assert error_lines(result) == [
+        f"traceml-exporter: error: {config}: exporter must be one plain value (a string, "
+        "number or boolean), not a list"
+    ]
+    assert result.stdout == ""
+
+
+def test_an_alias_bomb_under_another_key_is_not_walked(tmp_path: Path) -> None:
+    config = tmp_path / "traceml.yaml"
+    config.write_text(_alias_bomb("guard") + "exporter: jsonl\n")
+    result = run_cli("validate", "--config", str(config), cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout) < 1000
+
+
+@pytest.mark.parametrize("key", ["exporter", "guard"])
+def test_deep_nesting_is_exit_3_not_an_internal_error(tmp_path: Path, key: str) -> None:
+    config = tmp_path / "traceml.yaml"
+    config.write_text(f"{key}: " + "[" * 5000 + "]" * 5000 + "\n")
+    result = run_cli("validate", "--config", str(config), cwd=tmp_path, timeout=60)
+    assert result.returncode == 3
+    [line] = error_lines(result)
+    assert line.startswith(f"traceml-exporter: error: {config}: ")
+    assert "nested" in line or "not a list" in line
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("yaml_reader", ["pyyaml", "flat"])
+def test_a_config_larger_than_the_bound_is_refused_without_reading_it_all(
+    tmp_path: Path, yaml_reader: str
+) -> None:
+    config = tmp_path / "traceml.yaml"
+    config.write_text("# padding\n" * 200_000 + "exporter: jsonl\n")
+    prelude = HIDE_YAML if yaml_reader == "flat" else None
+    result = run_cli("validate", "--config", str(config), cwd=tmp_path, prelude=prelude)
+    assert result.returncode == 3
+    assert error_lines(result) == [
+        f"traceml-exporter: error: {config}: larger than 1 MiB; a traceml.yaml of settings "
+        "is a few lines"
+    ]
+
+
+def test_an_endless_config_file_is_refused(tmp_path: Path) -> None:
+    result = run_cli("validate", "--config", "/dev/zero", cwd=tmp_path, timeout=60)
+    assert result.returncode == 3
+    [line] = error_lines(result)
+    assert line == (
+        "traceml-exporter: error: /dev/zero: larger than 1 MiB; a traceml.yaml of settings "
+        "is a few lines"
+    )
+
+
+@pytest.mark.parametrize("key", ["exporter", "export_streams", "exporter_hostname"])
+def test_a_huge_invalid_value_is_printed_clipped(tmp_path: Path, key: str) -> None:
+    config = tmp_path / "traceml.yaml"
+    config.write_text(f"{key}: '{'x' * 500_000}'\n")
+    result = run_cli("validate", "--config", str(config), cwd=tmp_path)
+    assert result.returncode == 1
+    assert max(len(line) for line in result.stdout.splitlines()) < 400
+    [line] = error_lines(result)
+    assert len(line) < 600
+    assert "(500,002 characters)" in line or "(500,000 characters)" in line
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("export_streams: {step_time: 1}\n", "mapping"),
+        ("exporter_hostname: !!binary aGk=\n", "bytes"),
+        ("exporter: !!set {a: null}\n", "set"),
+    ],
+)
+def test_a_setting_that_is_not_a_plain_value_is_exit_3(
+    tmp_path: Path, text: str, kind: str
+) -> None:
+    config = tmp_path / "traceml.yaml"
+    config.write_text(text)
+    result = run_cli("validate", "--config", str(config), cwd=tmp_path)
+    assert result.returncode == 3
+    [line] = error_lines(result)
+    assert line.endswith(f"must be one plain value (a string, number or boolean), not a {kind}")

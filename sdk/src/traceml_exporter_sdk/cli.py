@@ -304,7 +304,7 @@ def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
-    from .settings import ConfigError, find_config, load_config, resolve_settings
+    from .settings import ConfigError, clip, find_config, load_config, resolve_settings
 
     config_path: Path | None = None
     if args.config:
@@ -333,7 +333,7 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"{'traceml.yaml':<18} {where}\n")
     for setting in resolution.settings:
         if not setting.ok:
-            shown = f"{setting.raw!r}  INVALID"
+            shown = f"{clip(repr(setting.raw), 100)}  INVALID"
         elif setting.name == "exporter":
             shown = str(setting.value) if setting.value is not None else "(none: export is off)"
         elif setting.name == "export_streams":

@@ -15,15 +15,22 @@ extra). Without it, a reader of the flat subset is used: one ``key: value``
 per line at the top level, ``#`` comments, quoted or plain scalars,
 ``true``/``false``; nested blocks under other keys are passed over, and a
 value of ours that is not a flat scalar is an error that says to install PyYAML.
+
+A hostile file cannot make the check hang or balloon: at most ``MAX_CONFIG_BYTES``
+are read, nesting too deep for the parser is a ``ConfigError``, and each of the
+three settings must be one plain value (string, number, boolean, null): a list
+or mapping there (an alias bomb included) is a ``ConfigError`` that never walks
+or prints it. Other keys are TraceML's and are not looked into.
 """
 
 from __future__ import annotations
 
+import datetime
 import importlib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,7 @@ __all__ = [
     "ConfigError",
     "Resolution",
     "ResolvedSetting",
+    "clip",
     "find_config",
     "load_config",
     "parse_flat_yaml",
@@ -44,6 +52,9 @@ __all__ = [
 ]
 
 CONFIG_FILENAME = "traceml.yaml"
+MAX_CONFIG_BYTES = 1 << 20
+"""The most of traceml.yaml that is read; a larger file is a ConfigError."""
+_PLAIN = (str, int, float, bool, type(None), datetime.date)
 MAX_WALK_LEVELS = 10
 """Parent folders searched upward for traceml.yaml, as TraceML's launcher does."""
 
@@ -126,15 +137,11 @@ def load_config(path: Path) -> dict[str, Any]:
     """Read traceml.yaml into a dict (PyYAML if installed, else the flat subset).
 
     Raises:
-        ConfigError: the file cannot be read, is not valid (flat) YAML, or its
-            top level is not a mapping.
+        ConfigError: the file cannot be read, is larger than ``MAX_CONFIG_BYTES``,
+            is not valid (flat) YAML or nests too deeply, its top level is not a
+            mapping, or one of the three settings is not one plain value.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    text = _read_bounded(path)
     try:
         yaml = importlib.import_module("yaml")
     except ImportError:
@@ -143,14 +150,54 @@ def load_config(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         first = " ".join(str(exc).split())
-        raise ConfigError(f"{path}: YAML syntax error: {first}") from None
+        raise ConfigError(f"{path}: YAML syntax error: {_clip(first)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a settings file") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(
             f"{path}: expected a mapping of settings at the top level, got {type(data).__name__}"
         )
+    for name in SETTING_NAMES:
+        value = data.get(name)
+        if not isinstance(value, _PLAIN):
+            kind = _KINDS.get(type(value), type(value).__name__)
+            raise ConfigError(
+                f"{path}: {name} must be one plain value (a string, number or boolean), "
+                f"not a {kind}"
+            )
     return data
+
+
+_KINDS: dict[type, str] = {list: "list", dict: "mapping", set: "set", bytes: "bytes", tuple: "list"}
+
+
+def _read_bounded(path: Path) -> str:
+    """The file's text, reading at most ``MAX_CONFIG_BYTES`` + 1 bytes (``/dev/zero`` ends)."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than 1 MiB; a traceml.yaml of settings is a few lines")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """``text``, or its first ``limit`` characters and how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
+
+_clip = clip
 
 
 _KEY_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-]*)\s*:(?:\s+(.*))?\s*$")
@@ -260,13 +307,23 @@ def resolve_settings(
             raw, source, origin = config[name], f"config {config_path}", "config"
         else:
             raw, source, origin = DEFAULTS[name], "default", "default"
-        resolved[name] = _check(name, raw, source, origin)
+        resolved[name] = _bounded(_check(name, raw, source, origin))
     return Resolution(
         exporter=resolved["exporter"],
         export_streams=resolved["export_streams"],
         exporter_hostname=resolved["exporter_hostname"],
         config_path=config_path,
     )
+
+
+def _bounded(setting: ResolvedSetting) -> ResolvedSetting:
+    """Clip a long raw value inside the error message, so one line stays one short line."""
+    if setting.error is None:
+        return setting
+    error = setting.error
+    if isinstance(setting.raw, str) and len(setting.raw) > 100:
+        error = error.replace(repr(setting.raw), clip(repr(setting.raw), 100))
+    return replace(setting, error=clip(error, 400))
 
 
 def _check(name: str, raw: object, source: str, origin: str) -> ResolvedSetting:
