@@ -1,28 +1,81 @@
-"""Refuse names that cannot work, before cookiecutter writes a single file.
+"""Refuse answers that cannot work, before cookiecutter writes a single file.
 
 The package name ends up as a folder name and as the ``module`` of TraceML's
 ``module:factory`` setting, so it must be one importable identifier that hides
-nothing else on the aggregator's import path. On a bad name this prints one
-message and exits 1; cookiecutter then removes the project folder it made.
+nothing else on the aggregator's import path (the standard library, TraceML,
+or a module the generated project imports). The exporter class must not rebind
+a name its module or tests use. The free-text answers are rendered unescaped
+into a Python docstring, Markdown, TOML and a license text, so they are held to
+what is safe in all of them. On a bad answer this prints one message and exits
+1; cookiecutter then removes the project folder it made.
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import keyword
 import re
 import sys
+import unicodedata
 
 # Rendered by cookiecutter; tojson keeps any quote or backslash in a value inert, and the
 # ''' quotes (kept by fmt: skip) cannot occur in its output, which escapes every '.
 PACKAGE_NAME = json.loads(r'''{{ cookiecutter.package_name | tojson }}''')  # fmt: skip
 PROJECT_SLUG = json.loads(r'''{{ cookiecutter.project_slug | tojson }}''')  # fmt: skip
 EXPORTER_CLASS = json.loads(r'''{{ cookiecutter.exporter_class | tojson }}''')  # fmt: skip
+PROJECT_NAME = json.loads(r'''{{ cookiecutter.project_name | tojson }}''')  # fmt: skip
+AUTHOR_NAME = json.loads(r'''{{ cookiecutter.author_name | tojson }}''')  # fmt: skip
+AUTHOR_EMAIL = json.loads(r'''{{ cookiecutter.author_email | tojson }}''')  # fmt: skip
 
 TRACEML_PACKAGES = ("traceml", "traceml_ai", "traceml_exporter_sdk")
 """Import names of TraceML (``traceml-ai`` installs both ``traceml`` and ``traceml_ai``) and the SDK."""
 
+DEPENDENCY_MODULES = frozenset(
+    {
+        # what generated projects import, and their test and build tools
+        "orjson", "pytest", "_pytest", "hypothesis", "nox", "packaging", "mypy", "ruff",
+        "pluggy", "iniconfig", "attr", "attrs", "sortedcontainers", "exceptiongroup", "tomli",
+        "typing_extensions", "hatchling", "setuptools", "pip", "pkg_resources", "wheel",
+        "cookiecutter", "jinja2", "yaml", "msgspec",
+        # the sinks' own libraries
+        "psycopg", "psycopg_pool", "psycopg_binary", "pyarrow", "duckdb", "opentelemetry",
+        "google", "grpc", "httpx", "requests", "urllib3", "certifi",
+        # folder names a project has, where a package of that name would be confused
+        "tests", "conftest", "src",
+    }
+)  # fmt: skip
+"""Import names a package may not take: the generated project, or its tests, import them."""
+
+TEMPLATE_NAMES = frozenset(
+    {
+        # bound at the top of the template's exporter and test modules (a test keeps this list
+        # complete: tests/template/test_hooks.py)
+        "Any", "ByStream", "Callable", "ClassVar", "DATABASE_FILE", "Expected", "IO",
+        "Iterable", "JSON_TYPE", "Mapping", "NS", "PYPROJECT", "PYTHONS", "Path", "Protocol",
+        "ROOT", "ROW_ID", "RUNS_TABLE", "Requirement", "SDK", "SDK_NAME", "SUMMARY_FILE",
+        "Sequence", "Iterator", "Final", "Literal", "TypeAlias", "Self",
+        # the SDK's public names, which generated tests import
+        "ALL_STREAMS", "DEFAULT_EXPORT_STREAMS", "EXPORT_STREAM_NAMES", "EventStats",
+        "ExportFailure", "ExportRecord", "ExportReport", "ExportWorker", "Exporter",
+        "ExporterContext", "ExporterFactory", "ExporterSettingError", "FactoryFailure",
+        "JsonlExporter", "ProcessRecord", "RECORD_TYPES", "RECORD_TYPE_BY_STREAM", "Record",
+        "RecordBatch", "RuntimeEnvironmentRecord", "SCHEMA_VERSION", "StdoutStderrRecord",
+        "StepMemoryRecord", "StepTimeRecord", "SystemGpuRecord", "SystemRecord", "CHECKS",
+        "Check", "ConformanceConfigError", "ExporterConformance", "ReadBackNotImplementedError",
+    }
+)  # fmt: skip
+"""Names an exporter class may not take: its module or its tests already bind them."""
+
+MAX_NAME = 64
+"""Longest package or class name: it is a folder and file-name part (limit 255 bytes)."""
+MAX_TEXT = 100
+"""Longest project name, slug and author name."""
+
 _DIST_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+_PROJECT_PUNCTUATION = frozenset(" -.,'()&+")
+_ADDRESS_PART = r"[^@\s<>\"',;:()\[\]\\]+"
+_EMAIL = re.compile(rf"^{_ADDRESS_PART}@{_ADDRESS_PART}\.{_ADDRESS_PART}$")
 
 
 def _stdlib_names() -> frozenset[str]:
@@ -40,8 +93,7 @@ def _path_problem(value: str) -> str | None:
     return None
 
 
-def package_problem(name: str) -> str | None:
-    """Why ``name`` cannot be the import package, or None when it can."""
+def _identifier_problem(name: str) -> str | None:
     if not name:
         return "it is empty"
     problem = _path_problem(name)
@@ -54,10 +106,30 @@ def package_problem(name: str) -> str | None:
         )
     if keyword.iskeyword(name):
         return "it is a Python keyword"
+    if len(name) > MAX_NAME:
+        return f"it is {len(name)} characters long; at most {MAX_NAME}"
+    normal = unicodedata.normalize("NFKC", name)
+    if normal != name:
+        return (
+            f"Python reads it as {normal!r} (NFKC normalisation), but the file would be named "
+            f"as typed; write {normal!r}"
+        )
+    if name.startswith("__") and name.endswith("__"):
+        return "it is a dunder name, which Python reserves"
+    return None
+
+
+def package_problem(name: str) -> str | None:
+    """Why ``name`` cannot be the import package, or None when it can."""
+    problem = _identifier_problem(name)
+    if problem:
+        return problem
     if name in _stdlib_names():
         return f"it shadows the standard-library module {name!r}"
     if name in TRACEML_PACKAGES:
         return f"it shadows {name!r}, which TraceML's aggregator imports itself"
+    if name in DEPENDENCY_MODULES:
+        return f"it shadows {name!r}, which the generated project or its tests import"
     return None
 
 
@@ -66,8 +138,10 @@ def slug_problem(slug: str) -> str | None:
     problem = _path_problem(slug)
     if problem:
         return problem
-    if not _DIST_NAME.match(slug):
-        return "it is not a valid distribution name (letters, digits, '.', '_', '-')"
+    if not _DIST_NAME.match(slug) or not slug.isascii():
+        return "it is not a valid distribution name (ASCII letters, digits, '.', '_', '-')"
+    if len(slug) > MAX_TEXT:
+        return f"it is {len(slug)} characters long; at most {MAX_TEXT}"
     return None
 
 
@@ -75,17 +149,76 @@ def class_problem(name: str) -> str | None:
     """Why ``name`` cannot be the exporter class, or None."""
     if not name.isidentifier() or keyword.iskeyword(name):
         return "it is not a Python identifier (or is a keyword)"
+    problem = _identifier_problem(name)
+    if problem:
+        return problem
+    if not name[0].isupper():
+        return "a class name starts with an upper-case letter (CapWords)"
+    if name.startswith("Test"):
+        return "pytest would collect a class named Test* in the tests that import it"
+    if name in TEMPLATE_NAMES or hasattr(builtins, name):
+        return f"the exporter module or its tests already use the name {name!r}"
     return None
+
+
+def _text_problem(text: str) -> str | None:
+    if not text.strip():
+        return "it is empty"
+    if len(text) > MAX_TEXT:
+        return f"it is {len(text)} characters long; at most {MAX_TEXT}"
+    if text != text.strip():
+        return "it starts or ends with a space"
+    for char in text:
+        if not char.isprintable() or unicodedata.category(char) in ("Cs", "Co", "Cn"):
+            return f"it holds the unprintable character {char!r}"
+    return None
+
+
+def project_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be the project name (in a docstring and Markdown), or None."""
+    problem = _text_problem(name)
+    if problem:
+        return problem
+    bad = sorted({c for c in name if not c.isalnum() and c not in _PROJECT_PUNCTUATION})
+    if bad:
+        return (
+            f"it holds {''.join(bad)!r}; a project name is letters, digits, spaces and "
+            "- . , ' ( ) & + (it goes unescaped into a docstring and Markdown)"
+        )
+    return None
+
+
+def author_problem(name: str) -> str | None:
+    """Why ``name`` cannot be the author (in TOML, escaped, and a license text), or None."""
+    return _text_problem(name)
+
+
+def email_problem(email: str) -> str | None:
+    """Why ``email`` cannot be the author's address, or None."""
+    problem = _text_problem(email)
+    if problem:
+        return problem
+    if not email.isascii() or not _EMAIL.match(email):
+        return "it is not an address of the form name@example.com"
+    return None
+
+
+def _shown(value: str) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def main() -> int:
     checks = (
+        ("project_name", PROJECT_NAME, project_name_problem),
         ("package_name", PACKAGE_NAME, package_problem),
         ("project_slug", PROJECT_SLUG, slug_problem),
         ("exporter_class", EXPORTER_CLASS, class_problem),
+        ("author_name", AUTHOR_NAME, author_problem),
+        ("author_email", AUTHOR_EMAIL, email_problem),
     )
     problems = [
-        f"{variable} {value!r}: {problem}"
+        f"{variable} {_shown(value)}: {problem}"
         for variable, value, check in checks
         if (problem := check(value)) is not None
     ]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cookiecutter.exceptions import FailedHookException
@@ -158,3 +161,158 @@ def test_rebaking_over_an_existing_project_with_overwrite(tmp_path: Path) -> Non
     assert "Second" in (first / "pyproject.toml").read_text(encoding="utf-8")
     assert (first / "src" / DEFAULT_PACKAGE / "exporter.py").is_file()
     assert not (first / "_sinks").exists()
+
+
+# -- answers rendered unescaped, and names that bake a broken project (issue 9) -----
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("C:\\New", "it holds ':\\\\'"),
+        ('a"""b', "it holds '\"'"),
+        ("two\nlines", "it holds the unprintable character '\\n'"),
+        ("*bold*", "it holds '*'"),
+        ("<b>x</b>", "it holds '/<>'"),
+        ("[link](http://x)", "it holds '/:[]'"),
+        ("x" * 101, "it is 101 characters long; at most 100"),
+        (" padded", "it starts or ends with a space"),
+        ("   ", "it is empty"),
+    ],
+)
+def test_a_project_name_unsafe_in_a_docstring_or_markdown_is_refused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], value: str, reason: str
+) -> None:
+    stderr = refused(tmp_path, capfd, project_name=value)
+    assert f"project_name {_shown(value)}: {reason}" in stderr
+
+
+def _shown(value: str) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+@pytest.mark.parametrize("value", ["My Sink (v2)", "Ünïcode Süd-Sink", "O'Brien & Co. +1"])
+def test_a_project_name_with_safe_punctuation_bakes_a_valid_package(
+    tmp_path: Path, value: str
+) -> None:
+    project = generate(tmp_path / "out", project_name=value, package_name="my_sink")
+    init = project / "src" / "my_sink" / "__init__.py"
+    tree = ast.parse(init.read_text(encoding="utf-8"))
+    assert (ast.get_docstring(tree) or "").startswith(f"The {value} exporter")
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("orjson", "it shadows 'orjson', which the generated project or its tests import"),
+        ("pytest", "it shadows 'pytest', which the generated project or its tests import"),
+        ("hypothesis", "it shadows 'hypothesis', which the generated project or its tests"),
+        ("tests", "it shadows 'tests'"),
+        ("__main__", "it is a dunder name, which Python reserves"),
+        ("__sink__", "it is a dunder name"),
+        ("\ufb01le_sink", "Python reads it as 'file_sink' (NFKC normalisation)"),
+        ("a" * 300, "it is 300 characters long; at most 64"),
+    ],
+)
+def test_a_package_name_that_bakes_a_broken_project_is_refused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], value: str, reason: str
+) -> None:
+    stderr = refused(tmp_path, capfd, package_name=value)
+    assert f"package_name {_shown(value)}: {reason}" in stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("orjson", "a class name starts with an upper-case letter"),
+        ("os", "a class name starts with an upper-case letter"),
+        ("Path", "the exporter module or its tests already use the name 'Path'"),
+        (
+            "ExporterContext",
+            "the exporter module or its tests already use the name 'ExporterContext'",
+        ),
+        ("Exception", "the exporter module or its tests already use the name 'Exception'"),
+        ("TestSink", "pytest would collect a class named Test*"),
+        ("\ufb01leExporter", "Python reads it as"),
+        ("E" * 65, "it is 65 characters long; at most 64"),
+    ],
+)
+def test_an_exporter_class_that_bakes_a_broken_project_is_refused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], value: str, reason: str
+) -> None:
+    stderr = refused(tmp_path, capfd, exporter_class=value)
+    assert f"exporter_class {_shown(value)}: {reason}" in stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        ("author_name", "Ann\nEvil = 1", "it holds the unprintable character '\\n'"),
+        ("author_name", "Ann\x00", "it holds the unprintable character '\\x00'"),
+        ("author_email", "not an email", "it is not an address of the form name@example.com"),
+        ("author_email", "a@b.c>, x", "it is not an address"),
+        ("project_slug", "s" * 101, "it is 101 characters long; at most 100"),
+    ],
+)
+def test_other_answers_unsafe_where_they_are_rendered_are_refused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], variable: str, value: str, reason: str
+) -> None:
+    stderr = refused(tmp_path, capfd, **{variable: value})
+    assert f"{variable} {_shown(value)}: {reason}" in stderr
+
+
+def _hook() -> dict[str, Any]:
+    """The pre-generation hook's functions and lists, its Jinja lines left out."""
+    source = (ROOT / "template" / "hooks" / "pre_gen_project.py").read_text(encoding="utf-8")
+    kept = [line for line in source.splitlines() if "{{ cookiecutter." not in line]
+    namespace: dict[str, Any] = {"__name__": "pre_gen_project"}
+    exec(compile("\n".join(kept), "pre_gen_project.py", "exec"), namespace)
+    return namespace
+
+
+def _template_python() -> list[ast.Module]:
+    """Every Python file of the template, parsed with its Jinja placeholders filled in."""
+    trees = []
+    for path in (ROOT / "template" / "{{cookiecutter.project_slug}}").rglob("*.py"):
+        text = re.sub(r"\{%.*?%\}", "", path.read_text(encoding="utf-8"))
+        text = text.replace("{{ cookiecutter.exporter_class }}", "ZzExporter")
+        text = text.replace("{{ cookiecutter.package_name }}", "zz_package")
+        text = re.sub(r"\{\{.*?\}\}", "x", text)
+        trees.append(ast.parse(text, str(path)))
+    return trees
+
+
+def test_every_module_the_template_imports_is_refused_as_the_package_name() -> None:
+    """Keeps the hook's list complete when a sink or a test imports something new."""
+    hook = _hook()
+    imported = set()
+    for tree in _template_python():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    imported.discard("zz_package")
+    assert imported
+    allowed = sorted(name for name in imported if hook["package_problem"](name) is None)
+    assert allowed == [], "add these to DEPENDENCY_MODULES in the pre-generation hook"
+
+
+def test_every_name_the_template_binds_is_refused_as_the_exporter_class() -> None:
+    """Keeps the hook's list complete when an exporter or test module binds a new name."""
+    hook = _hook()
+    bound = set()
+    for tree in _template_python():
+        for node in tree.body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            elif isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
+                bound.add(node.name)
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                bound |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    bound -= {"ZzExporter", "TestZzExporter"}
+    assert "make_exporter" in bound
+    allowed = sorted(name for name in bound if hook["class_problem"](name) is None)
+    assert allowed == [], "add these to TEMPLATE_NAMES in the pre-generation hook"
