@@ -204,3 +204,55 @@ def test_prompts_without_answers_exit_2(tmp_path: Path) -> None:
     assert error_lines(result) == [
         "traceml-exporter: error: new needs answers on stdin; pass --no-input to take the defaults"
     ]
+
+
+def test_a_jinja_syntax_error_in_an_answer_is_exit_2_and_leaves_nothing(tmp_path: Path) -> None:
+    result = run_cli("new", "--no-input", "project_name={{", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    [line] = error_lines(result)
+    assert line.startswith(
+        "traceml-exporter: error: template variable: an answer is not valid Jinja "
+    )
+    assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_300_character_package_name_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    result = run_cli("new", "--no-input", f"package_name={'a' * 300}", cwd=tmp_path)
+    assert result.returncode == 1
+    [line] = error_lines(result)
+    assert "it is 300 characters long; at most 64" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+# Fails the bake after cookiecutter made the project folder and wrote part of it.
+FAIL_MIDWAY = """
+import cookiecutter.generate as generate
+_real = generate.generate_file
+_count = [0]
+def _failing(project_dir, infile, *args, **kwargs):
+    _count[0] += 1
+    if _count[0] == 3:
+        raise OSError(28, "No space left on device")
+    return _real(project_dir, infile, *args, **kwargs)
+generate.generate_file = _failing
+"""
+
+
+@pytest.mark.parametrize("output", [".", "new/deeper"])
+def test_a_bake_that_fails_midway_leaves_nothing_behind(tmp_path: Path, output: str) -> None:
+    (tmp_path / "mine.txt").write_text("the user's own file")
+    result = run_cli("new", "--no-input", "-o", output, cwd=tmp_path, prelude=FAIL_MIDWAY)
+    assert result.returncode == 3, result.stderr
+    assert error_lines(result) == [
+        "traceml-exporter: error: cannot create the project: [Errno 28] No space left on device"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+def test_keep_project_on_failure_keeps_the_half_made_project(tmp_path: Path) -> None:
+    result = run_cli(
+        "new", "--no-input", "--keep-project-on-failure", cwd=tmp_path, prelude=FAIL_MIDWAY
+    )
+    assert result.returncode == 3
+    assert (tmp_path / "traceml-exporter-example").is_dir()

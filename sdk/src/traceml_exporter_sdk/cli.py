@@ -14,6 +14,7 @@ import gc
 import importlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -903,9 +904,12 @@ def cmd_new(args: argparse.Namespace, out: TextIO) -> int:
             EXIT_DEPENDENCY,
         ) from None
     logging.getLogger("cookiecutter").setLevel(logging.CRITICAL)
+    jinja_error: type[Exception] = importlib.import_module("jinja2").TemplateError
     hook_output = _StderrCapture()
+    output = Path(args.output_dir)
+    made = _Made(output)
     try:
-        with hook_output:
+        with hook_output, made.undone_on_failure(keep=args.keep_project_on_failure):
             project = main_module.cookiecutter(
                 str(template),
                 no_input=args.no_input,
@@ -928,6 +932,12 @@ def cmd_new(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(f"cookiecutter: {_one_line(exc)}", EXIT_INPUT) from None
     except ValueError as exc:  # a KEY=VALUE that is not one of a variable's choices
         raise CliError(f"template variable: {_one_line(exc)}", EXIT_USAGE) from None
+    except jinja_error as exc:  # answers are rendered as Jinja: '{{' alone is a syntax error
+        raise CliError(
+            f"template variable: an answer is not valid Jinja ({_one_line(exc)}); answers are "
+            "rendered as templates, so leave out '{{', '{%' and '{#'",
+            EXIT_USAGE,
+        ) from None
     except (EOFError, OSError) as exc:
         if isinstance(exc, EOFError):
             raise CliError(
@@ -939,6 +949,47 @@ def cmd_new(args: argparse.Namespace, out: TextIO) -> int:
         sys.stderr.write(said)
     out.write(f"created {project}\n")
     return EXIT_OK
+
+
+class _Made:
+    """What a bake adds under ``output``, removed again when the bake fails.
+
+    Only folders that were not there before go (cookiecutter makes the project
+    folder, and ``output`` and its parents when missing); with ``-f`` into an
+    existing project nothing is removed, since it was there before.
+    """
+
+    def __init__(self, output: Path) -> None:
+        self.output = output.absolute()
+        top = self.output
+        while not top.parent.exists() and top.parent != top:
+            top = top.parent
+        self._top = None if top.exists() else top  # the first missing folder, if any
+        try:
+            self._before = {p.name for p in output.iterdir()} if self._top is None else set()
+        except OSError:
+            self._before = set()
+
+    @contextlib.contextmanager
+    def undone_on_failure(self, *, keep: bool) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            if not keep:
+                self._undo()
+            raise
+
+    def _undo(self) -> None:
+        if self._top is not None:
+            shutil.rmtree(self._top, ignore_errors=True)
+            return
+        try:
+            added = [p for p in self.output.iterdir() if p.name not in self._before]
+        except OSError:
+            return
+        for path in added:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
 
 
 class _StderrCapture:
