@@ -50,15 +50,17 @@ EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
     EXIT_FAILED: "the answer is no: validate found an invalid setting, check had a failing "
     "check, new was refused by the template",
-    EXIT_USAGE: "bad command line: unknown option, missing argument, malformed SPEC or --streams",
+    EXIT_USAGE: "bad command line: unknown option, missing argument, malformed SPEC or "
+    "--streams, a template answer that is not valid Jinja",
     EXIT_INPUT: "an input cannot be used: file or database missing, unreadable or of the "
-    "wrong kind, traceml.yaml not valid, output folder already there",
-    EXIT_EXPORT: "replay: the exporter failed, batches were dropped, or shutdown timed out "
-    "(the summary is still printed and finalization_warning.json written)",
+    "wrong kind, traceml.yaml not valid, --session-root not empty or not writable, output "
+    "folder already there",
+    EXIT_EXPORT: "replay: the exporter failed or stalled, batches were dropped, or shutdown "
+    "timed out (the summary is still printed and finalization_warning.json written)",
     EXIT_DEPENDENCY: "an optional dependency is missing (msgspec, cookiecutter, pytest); "
     "the message says what to install",
     EXIT_INTERNAL: "internal error (a bug); TRACEML_EXPORTER_DEBUG=1 shows the traceback",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); replay drains what it read and records the stop",
 }
 
 EXIT_EPILOG = "exit codes:\n" + "\n".join(
