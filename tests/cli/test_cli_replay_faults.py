@@ -322,3 +322,61 @@ def test_ctrl_c_mid_replay_drains_what_was_read_closes_and_records_it(tmp_path: 
     assert data["replay"]["stopped"] == "interrupted"
     assert data["replay"]["submitted_items"] == 40
     assert data["export"]["failed_records"] == 0
+
+
+STUCK_AT_CLOSE = """
+import threading
+from pathlib import Path
+
+class StuckAtClose:
+    def __init__(self, context):
+        self.marker = context.session_root / "closing"
+    def open(self):
+        pass
+    def write(self, records):
+        pass
+    def flush(self):
+        pass
+    def close(self, *, dropped_batches=0):
+        self.marker.write_text("")
+        threading.Event().wait()  # never returns
+
+def make(context):
+    return StuckAtClose(context)
+"""
+
+
+def test_ctrl_c_while_waiting_for_the_exporter_stops_the_wait_and_records_it(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "stuck.py").write_text(STUCK_AT_CLOSE)
+    path = write_jsonl(tmp_path / "p.jsonl", [step_time_payload(0, s) for s in range(5)])
+    proc = subprocess.Popen(
+        [*CLI, "replay", "stuck:make", "--payloads", str(path), "--session-root", "r"],
+        cwd=tmp_path,
+        env={**_env(), "PYTHONPATH": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "r" / "closing").exists():
+            assert time.monotonic() < deadline, "the replay never reached close"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)  # the default shutdown timeout is 60 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    [line] = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert line.startswith(
+        "traceml-exporter: error: interrupted (Ctrl-C) while waiting for the exporter to "
+        "finish; the whole input was read"
+    )
+    assert "TIMED OUT at shutdown" in stdout, stdout
+    data = json.loads((tmp_path / "r" / WARNING).read_text())
+    assert data["export"]["timed_out"] is True
+    assert data["replay"]["stopped"] == "interrupted"
+    assert data["replay"]["submitted_items"] is None

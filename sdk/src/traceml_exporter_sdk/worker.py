@@ -178,6 +178,9 @@ class ExportWorker:
         self._started = False
         self._finished = False  # the thread ran to its end (or was abandoned)
         self._dead = False  # the thread ended early; submits are dropped
+        # Set as the thread's last act. Thread.is_alive() cannot be trusted after a join
+        # that Ctrl-C interrupted (it may say False while the thread still runs).
+        self._ended = False
         self._report: ExportReport | None = None
         self._thread: threading.Thread | None = None
         self._exporter: Exporter | None = None
@@ -262,10 +265,10 @@ class ExportWorker:
             self._stopping = True
             self._cond.notify()
         self._thread.join(timeout)
-        if not self._thread.is_alive() and not self._finished and not self._dead:
+        if self._ended and not self._finished and not self._dead:
             self._died("the worker thread ended without finishing")
         with self._lock:
-            timed_out = self._thread.is_alive()
+            timed_out = not self._ended
             if timed_out:
                 self._abandoned = True
                 self._dropped += len(self._queue) + self._in_flight
@@ -339,11 +342,14 @@ class ExportWorker:
 
     def _main(self) -> None:
         try:
-            self._run()
-        except BaseException as exc:  # a bug of the worker's own: report it, never vanish
-            self._died(f"the worker thread died: {describe_exception(exc)}")
-        else:
-            self._finished = True
+            try:
+                self._run()
+            except BaseException as exc:  # a bug of the worker's own: report it, never vanish
+                self._died(f"the worker thread died: {describe_exception(exc)}")
+            else:
+                self._finished = True
+        finally:
+            self._ended = True
 
     def _call(self, method: Method, *args: Any, **kwargs: Any) -> bool:
         exporter = self._exporter
