@@ -380,3 +380,12 @@ def test_ctrl_c_while_waiting_for_the_exporter_stops_the_wait_and_records_it(
     assert data["export"]["timed_out"] is True
     assert data["replay"]["stopped"] == "interrupted"
     assert data["replay"]["submitted_items"] is None
+
+
+def test_no_session_root_and_an_unwritable_working_directory_is_exit_3(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [step_time_payload(0, 1)])
+    result = run_cli("replay", "jsonl", "--payloads", str(path), cwd=Path("/proc/self/fdinfo"))
+    assert result.returncode == 3
+    [line] = error_lines(result)
+    assert line.startswith("traceml-exporter: error: cannot make a session root in /proc/")
+    assert line.endswith("(give --session-root)")
