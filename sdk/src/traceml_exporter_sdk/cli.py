@@ -528,7 +528,7 @@ def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, ou
             submit,
             limit=REPLAY_QUEUE_SIZE,
             timeout=args.shutdown_timeout,
-            progress=show,
+            progress=show if progress.enabled else None,
         )
     except OSError as exc:
         worker.shutdown(args.shutdown_timeout)
