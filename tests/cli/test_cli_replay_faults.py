@@ -389,3 +389,27 @@ def test_no_session_root_and_an_unwritable_working_directory_is_exit_3(tmp_path:
     [line] = error_lines(result)
     assert line.startswith("traceml-exporter: error: cannot make a session root in /proc/")
     assert line.endswith("(give --session-root)")
+
+
+@pytest.mark.parametrize("value", ["nan", "0", "-1"])
+def test_a_shutdown_timeout_that_is_not_positive_is_exit_2(tmp_path: Path, value: str) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [step_time_payload(0, 1)])
+    result = run_cli(
+        "replay", "jsonl", "--payloads", str(path), "--shutdown-timeout", value, cwd=tmp_path
+    )
+    assert result.returncode == 2
+    assert error_lines(result) == [
+        "traceml-exporter: error: --shutdown-timeout must be a positive number of seconds "
+        "(inf: wait as long as the exporter takes)"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]
+
+
+def test_an_infinite_shutdown_timeout_waits_for_the_exporter(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [step_time_payload(0, s) for s in range(3)])
+    result = run_cli(
+        "replay", "jsonl", "--payloads", str(path), "--shutdown-timeout", "inf",
+        "--session-root", "r", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "ok (delivered 3 of 3 records)" in result.stdout

@@ -451,8 +451,12 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     streams_value = _streams(args.streams)
     if args.sqlite is not None and args.format != "auto":
         raise CliError("--format applies to --payloads, not --sqlite", EXIT_USAGE)
-    if args.shutdown_timeout <= 0:
-        raise CliError("--shutdown-timeout must be positive", EXIT_USAGE)
+    if not args.shutdown_timeout > 0:  # NaN too
+        raise CliError(
+            "--shutdown-timeout must be a positive number of seconds "
+            "(inf: wait as long as the exporter takes)",
+            EXIT_USAGE,
+        )
     if args.payloads is not None:
         return _replay_payloads(args, spec, streams_value, out)
     return _replay_sqlite(args, spec, streams_value, out)
