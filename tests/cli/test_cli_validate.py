@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -284,14 +285,24 @@ def test_a_config_larger_than_the_bound_is_refused_without_reading_it_all(
     ]
 
 
-def test_an_endless_config_file_is_refused(tmp_path: Path) -> None:
-    result = run_cli("validate", "--config", "/dev/zero", cwd=tmp_path, timeout=60)
+@pytest.mark.parametrize("kind", ["device", "fifo", "folder"])
+def test_a_config_that_is_not_a_regular_file_is_refused_without_reading(
+    tmp_path: Path, kind: str
+) -> None:
+    """/dev/zero never ends, and a FIFO with no writer would block for ever."""
+    if kind == "device":
+        path = Path("/dev/zero")
+    elif kind == "fifo":
+        path = tmp_path / "traceml.yaml"
+        os.mkfifo(path)
+    else:
+        path = tmp_path / "folder"
+        path.mkdir()
+    result = run_cli("validate", "--config", str(path), cwd=tmp_path, timeout=60)
     assert result.returncode == 3
-    [line] = error_lines(result)
-    assert line == (
-        "traceml-exporter: error: /dev/zero: larger than 1 MiB; a traceml.yaml of settings "
-        "is a few lines"
-    )
+    assert error_lines(result) == [
+        f"traceml-exporter: error: {path}: not a regular file; give a traceml.yaml file"
+    ]
 
 
 @pytest.mark.parametrize("key", ["exporter", "export_streams", "exporter_hostname"])

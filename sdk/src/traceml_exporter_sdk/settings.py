@@ -174,8 +174,10 @@ _KINDS: dict[type, str] = {list: "list", dict: "mapping", set: "set", bytes: "by
 
 
 def _read_bounded(path: Path) -> str:
-    """The file's text, reading at most ``MAX_CONFIG_BYTES`` + 1 bytes (``/dev/zero`` ends)."""
+    """The file's text, reading at most ``MAX_CONFIG_BYTES`` + 1 bytes of a regular file."""
     try:
+        if path.exists() and not path.is_file():  # a FIFO would block, a device never end
+            raise ConfigError(f"{path}: not a regular file; give a traceml.yaml file")
         with path.open("rb") as fh:
             data = fh.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
