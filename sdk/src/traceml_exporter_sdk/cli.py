@@ -627,7 +627,7 @@ def _end(
     if pressed and stop is None:
         stop = Stop("interrupted", None)
     if stop is not None:
-        report = record_stop(worker, report, stop, where, {})
+        report = record_stop(worker, report, stop, where)
     return report, stop
 
 
@@ -971,10 +971,12 @@ class _Made:
         while not top.parent.exists() and top.parent != top:
             top = top.parent
         self._top = None if top.exists() else top  # the first missing folder, if any
-        try:
-            self._before = {p.name for p in output.iterdir()} if self._top is None else set()
-        except OSError:
-            self._before = set()
+        self._before: set[str] | None = set()
+        if self._top is None:
+            try:
+                self._before = {p.name for p in output.iterdir()}
+            except OSError:  # cannot tell what is new: remove nothing
+                self._before = None
 
     @contextlib.contextmanager
     def undone_on_failure(self, *, keep: bool) -> Iterator[None]:
@@ -988,6 +990,8 @@ class _Made:
     def _undo(self) -> None:
         if self._top is not None:
             shutil.rmtree(self._top, ignore_errors=True)
+            return
+        if self._before is None:
             return
         try:
             added = [p for p in self.output.iterdir() if p.name not in self._before]

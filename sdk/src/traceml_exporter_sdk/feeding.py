@@ -114,9 +114,7 @@ def shut_down(worker: ExportWorker, timeout: float) -> tuple[ExportReport, bool]
         return worker.shutdown(0.0), True
 
 
-def record_stop(
-    worker: ExportWorker, report: ExportReport, stop: Stop, where: str, extra: dict[str, Any]
-) -> ExportReport:
+def record_stop(worker: ExportWorker, report: ExportReport, stop: Stop, where: str) -> ExportReport:
     """Write ``finalization_warning.json`` with the worker's ``export`` block and a
     ``replay`` block saying why and where reading stopped; return the report with
     the file's path (or why it could not be written)."""
@@ -124,7 +122,7 @@ def record_stop(
         "stopped": stop.kind,
         "message": stop.describe(where),
         "submitted_items": stop.submitted,
-        **extra,
+        "stopped_at": where,
     }
     path, error = write_warning_file(
         worker.context.session_root, {"export": report.warning_block(), "replay": block}
