@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import struct
 import subprocess
 import threading
@@ -20,12 +21,16 @@ import orjson
 import pytest
 from cli_helpers import (
     CLI,
+    all_stream_payloads,
+    create_tables,
     error_lines,
+    insert_rows,
     read_export,
     run_cli,
     step_time_payload,
     write_jsonl,
 )
+from traceml_exporter_sdk import records_from_payload
 
 WARNING = Path("aggregator") / "finalization_warning.json"
 
@@ -413,3 +418,34 @@ def test_an_infinite_shutdown_timeout_waits_for_the_exporter(tmp_path: Path) -> 
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "ok (delivered 3 of 3 records)" in result.stdout
+
+
+def test_a_stalled_exporter_ends_a_sqlite_backfill_too(tmp_path: Path) -> None:
+    (tmp_path / "stalling.py").write_text(STALLING)
+    db = tmp_path / "run.sqlite"
+    create_tables(db, ["process"])
+    payloads = all_stream_payloads()
+    [record] = [r for p in payloads for r in records_from_payload(p, streams=("process",)).records][
+        :1
+    ]
+    row = {k: v for k, v in record.to_dict().items() if k not in ("stream", "schema_version")}
+    insert_rows(db, "process", [row])
+    columns = ", ".join(row)
+    with sqlite3.connect(db) as conn:
+        for _ in range(16):  # 65,536 rows: 33 batches of 2,000, more than the queue holds
+            conn.execute(
+                f"INSERT INTO process_samples ({columns}) SELECT {columns} FROM process_samples"
+            )
+    conn.close()
+    result = run_cli(
+        "replay", "stalling:make", "--sqlite", str(db), "--streams", "process",
+        "--session-root", "r", "--shutdown-timeout", "1",
+        cwd=tmp_path, pythonpath=[tmp_path], timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 4, result.stderr
+    [line] = error_lines(result)
+    assert "stalled: the exporter took no batch for 1 s (--shutdown-timeout)" in line
+    assert "of 65,536; the rest of the input was not replayed" in line
+    data = json.loads((tmp_path / "r" / WARNING).read_text())
+    assert data["replay"]["stopped"] == "stalled"
+    assert data["replay"]["stopped_at"].startswith("at row ")
