@@ -424,10 +424,10 @@ def test_a_stalled_exporter_ends_a_sqlite_backfill_too(tmp_path: Path) -> None:
     (tmp_path / "stalling.py").write_text(STALLING)
     db = tmp_path / "run.sqlite"
     create_tables(db, ["process"])
-    payloads = all_stream_payloads()
-    [record] = [r for p in payloads for r in records_from_payload(p, streams=("process",)).records][
-        :1
-    ]
+    record = next(
+        r for p in all_stream_payloads() for r in records_from_payload(p).records
+        if r.STREAM == "process"
+    )  # fmt: skip
     row = {k: v for k, v in record.to_dict().items() if k not in ("stream", "schema_version")}
     insert_rows(db, "process", [row])
     columns = ", ".join(row)
