@@ -58,7 +58,9 @@ class Raising:
 
 
 def _run(ctx: ExporterContext, exporter: object, batches: int = 3) -> Any:
-    worker = ExportWorker(lambda _c: exporter, ctx, flush_interval_s=3600.0)
+    """Run ``exporter`` (an object, or a setting string) over ``batches`` payloads of 5 steps."""
+    setting: Any = exporter if isinstance(exporter, str) else (lambda _c: exporter)
+    worker = ExportWorker(setting, ctx, flush_interval_s=3600.0)
     worker.start()
     for i in range(batches):
         assert worker.submit(step_payload(0, i * 5, 5))
@@ -273,3 +275,54 @@ def test_a_warning_file_that_cannot_be_written_is_in_the_report_and_the_log(
     )
     logged = [r.getMessage() for r in caplog.records if r.name == "traceml_exporter_sdk"]
     assert any(report.warning_error in m and "'failed_records': 15" in m for m in logged), logged
+
+
+class _CustomBase(BaseException):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        (UnprintableError(), "the factory raised <unprintable UnprintableError>"),
+        (_CustomBase("odd"), "the factory raised _CustomBase('odd')"),
+        (GeneratorExit(), "the factory raised GeneratorExit()"),
+    ],
+    ids=["unprintable", "custom-base", "generator-exit"],
+)
+def test_a_factory_raising_anything_is_a_factory_failure(
+    tmp_path: Path, error: BaseException, shown: str
+) -> None:
+    def factory(_context: ExporterContext) -> NoReturn:
+        raise error
+
+    ctx = context(tmp_path, "step_time")
+    worker = ExportWorker(factory, ctx)
+    worker.start()
+    assert worker.submit(step_payload(0, 0, 5))
+    report = worker.shutdown(timeout=10.0)
+    assert report.failure is not None
+    assert report.failure.method == "factory"
+    assert report.failure.error == shown
+    assert report.failed_records == 5
+
+
+@pytest.mark.parametrize("where", ["import", "attribute"])
+def test_a_module_raising_an_unprintable_error_is_a_factory_failure(
+    tmp_path: Path, write_module: Any, where: str
+) -> None:
+    source = (
+        "class Unprintable(Exception):\n"
+        "    def __str__(self):\n"
+        "        raise RuntimeError('no str')\n"
+        "    __repr__ = __str__\n"
+    )
+    if where == "import":
+        source += "\nraise Unprintable()\n"
+    else:
+        source += "\ndef __getattr__(name):\n    raise Unprintable()\n"
+    name = write_module("unprintable", source)
+    report = _run(context(tmp_path, "step_time"), f"{name}:make_exporter")
+    assert report.failure is not None
+    assert report.failure.method == "factory"
+    assert "<unprintable Unprintable>" in report.failure.error

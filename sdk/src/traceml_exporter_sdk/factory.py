@@ -122,11 +122,15 @@ def load_exporter(setting: str, context: ExporterContext) -> Exporter | FactoryF
     try:
         module = importlib.import_module(module_name)
     except SystemExit as exc:
-        return FactoryFailure(setting, "system_exit", f"importing {module_name!r}: {exc!r}")
+        return FactoryFailure(setting, "system_exit", f"importing {module_name!r}: {_repr(exc)}")
     except ImportError as exc:
-        return FactoryFailure(setting, "import", f"cannot import {module_name!r}: {exc}")
-    except Exception as exc:
-        return FactoryFailure(setting, "exception", f"importing {module_name!r} raised {exc!r}")
+        return FactoryFailure(setting, "import", f"cannot import {module_name!r}: {_str(exc)}")
+    except KeyboardInterrupt:  # a real Ctrl-C on this (the main) thread
+        raise
+    except BaseException as exc:
+        return FactoryFailure(
+            setting, "exception", f"importing {module_name!r} raised {_repr(exc)}"
+        )
     try:
         factory = getattr(module, attribute)
     except AttributeError:
@@ -134,22 +138,41 @@ def load_exporter(setting: str, context: ExporterContext) -> Exporter | FactoryF
             setting, "attribute", f"module {module_name!r} has no attribute {attribute!r}"
         )
     except SystemExit as exc:  # a module-level __getattr__ may do anything
-        return FactoryFailure(setting, "system_exit", f"reading {attribute!r}: {exc!r}")
-    except Exception as exc:
-        return FactoryFailure(setting, "exception", f"reading {attribute!r} raised {exc!r}")
+        return FactoryFailure(setting, "system_exit", f"reading {attribute!r}: {_repr(exc)}")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        return FactoryFailure(setting, "exception", f"reading {attribute!r} raised {_repr(exc)}")
     return call_factory(factory, context, setting)
 
 
 def call_factory(
     factory: Callable[[ExporterContext], object], context: ExporterContext, label: str
 ) -> Exporter | FactoryFailure:
-    """Call ``factory(context)``; an exception, ``SystemExit`` or None becomes a failure."""
+    """Call ``factory(context)``; any exception (but a Ctrl-C on this thread) or None
+    becomes a failure, also an exception whose ``repr()`` raises."""
     try:
         exporter = factory(context)
     except SystemExit as exc:
-        return FactoryFailure(label, "system_exit", f"the factory raised {exc!r}")
-    except Exception as exc:
-        return FactoryFailure(label, "exception", f"the factory raised {exc!r}")
+        return FactoryFailure(label, "system_exit", f"the factory raised {_repr(exc)}")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        return FactoryFailure(label, "exception", f"the factory raised {_repr(exc)}")
     if exporter is None:
         return FactoryFailure(label, "none", "the factory returned None, not an exporter")
     return exporter  # type: ignore[return-value]
+
+
+def _repr(exc: BaseException) -> str:
+    try:
+        return repr(exc)
+    except BaseException:
+        return f"<unprintable {type(exc).__name__}>"
+
+
+def _str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except BaseException:
+        return f"<unprintable {type(exc).__name__}>"
