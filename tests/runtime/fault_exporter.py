@@ -39,7 +39,7 @@ class CustomBaseError(BaseException):
 ERRORS: dict[str, Callable[[], BaseException]] = {
     "RuntimeError": lambda: RuntimeError("sink refused"),
     "OSError": lambda: OSError(5, "I/O error"),
-    "KeyboardInterrupt": KeyboardInterrupt,
+    "KeyboardInterrupt": KeyboardInterrupt,  # from a method: the worker's thread
     "SystemExit": lambda: SystemExit(2),
     "GeneratorExit": GeneratorExit,
     "CustomBaseError": CustomBaseError,
@@ -119,5 +119,18 @@ class FaultExporter:
         self._pending = 0
 
 
-def make(_context: object) -> FaultExporter:
-    return FaultExporter(PLAN)
+def factory_for(plan: Plan) -> Callable[[object], FaultExporter]:
+    """A factory that raises when the plan's ``factory`` behaviour says so."""
+
+    def make_exporter(_context: object) -> FaultExporter:
+        behaviour = plan.behaviours.get("factory", Behaviour())
+        if behaviour.kind == "raise":
+            plan.raised = "factory"
+            raise ERRORS[behaviour.error]()
+        return FaultExporter(plan)
+
+    return make_exporter
+
+
+def make(context: object) -> FaultExporter:
+    return factory_for(PLAN)(context)
