@@ -480,7 +480,9 @@ def test_row_that_does_not_fit_its_record_counts_once(monkeypatch: pytest.Monkey
 def test_rows_of_a_table_mapped_to_the_wrong_record_each_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # step_time rows have 12 columns, StepMemoryRecord 14: none fits.
+    # step_time rows have 12 columns, StepMemoryRecord 14: none fits. The fast builders
+    # hard-code their record classes, so the careful path alone sees the patched map.
+    monkeypatch.setattr(mapping_module, "_FAST", {})
     monkeypatch.setitem(projection_module.TABLE_RECORDS, "step_time_samples", StepMemoryRecord)
     payload = [
         envelope("StepTimeSampler", [step_row(1), step_row(2), step_row(3)]),
@@ -492,6 +494,7 @@ def test_rows_of_a_table_mapped_to_the_wrong_record_each_count(
 
 
 def test_table_without_a_record_counts_each_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mapping_module, "_FAST", {})  # as above: the careful path's rule
     monkeypatch.delitem(projection_module.TABLE_RECORDS, "system_gpu_samples")
     payload = [
         envelope("SystemSampler", [system_row(1, [gpu(), gpu(), gpu()]), system_row(2, [gpu()])]),
