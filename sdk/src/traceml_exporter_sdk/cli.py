@@ -517,7 +517,7 @@ def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, ou
 
 
 def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out: TextIO) -> int:
-    from .backfill import BackfillError, open_database
+    from .backfill import BackfillError, mark_partial, open_database
 
     path = Path(args.sqlite)
     streams = parse_export_streams(streams_value)
@@ -548,7 +548,10 @@ def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out:
                 progress.update(source.rows_read, source.rows_read)
         except BackfillError as exc:
             worker.shutdown(args.shutdown_timeout)
-            raise CliError(str(exc), EXIT_INPUT) from None
+            root = worker.context.session_root
+            marked = mark_partial(root, str(exc), source.rows_read, source.total_rows)
+            where = f"recorded in {marked}" if marked else f"could not be recorded in {root}"
+            raise CliError(f"{exc}; the export is partial ({where})", EXIT_INPUT) from None
         finally:
             progress.update(source.rows_read, source.rows_read, force=True)
             progress.finish()
