@@ -35,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from .fastpath import FloatNCalls
 from .fastpath import _events as _normalise_events
 from .projection import (
     TABLE_RECORDS,
@@ -171,39 +172,42 @@ class SqliteSource:
 
 
 def _events(text: Any) -> dict[str, Any] | str:
-    """The events map, decoded and normalised as the payload path's; else a reason."""
-    if type(text) is bytes:
+    """The events map, decoded and normalised as the payload path's; else a reason.
+
+    orjson turns an integer past 64 bits into a float; the only integer the map
+    keeps is ``n_calls``, so a float there sends the text to ``json``, which keeps
+    integers exact (a float field gets the same float either way).
+    """
+    if type(text) is not str:
+        if type(text) is not bytes:
+            return f"events_json is {type(text).__name__}, not JSON text"
         try:
             text = text.decode()
         except UnicodeDecodeError:
             return "events_json is not UTF-8 text"
-    if type(text) is not str:
-        return f"events_json is {type(text).__name__}, not JSON text"
     try:
-        value = json.loads(text) if _has_big_int(text) else orjson.loads(text)
+        value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        try:
-            value = json.loads(text)  # NaN and Infinity, which orjson refuses
-        except ValueError as exc:
-            return f"events_json is not valid JSON: {' '.join(str(exc).split())}"
-        except RecursionError:
-            return "events_json is nested too deeply"
-    except (ValueError, RecursionError):
-        return "events_json is not valid JSON or is nested too deeply"
+        return _events_by_json(text)
+    if type(value) is not dict:
+        return f"events_json is a JSON {type(value).__name__}, not an object"
+    try:
+        return _normalise_events(value, strict=True)
+    except FloatNCalls:
+        return _events_by_json(text)
+
+
+def _events_by_json(text: str) -> dict[str, Any] | str:
+    """``json``: NaN and Infinity, which orjson refuses, and exact long integers."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return f"events_json is not valid JSON: {' '.join(str(exc).split())}"
+    except RecursionError:
+        return "events_json is nested too deeply"
     if type(value) is not dict:
         return f"events_json is a JSON {type(value).__name__}, not an object"
     return _normalise_events(value)
-
-
-_DIGIT_RUNS = str.maketrans({str(d): "0" for d in range(10)})
-
-
-def _has_big_int(text: str) -> bool:
-    """A digit run orjson would turn into a float (see ``replay._has_big_int``)."""
-    if "0" * 19 not in text.translate(_DIGIT_RUNS):
-        return False
-    shape = text.translate(_DIGIT_RUNS)
-    return "0" * 20 in shape or "-" + "0" * 19 in shape
 
 
 class _UnfitError(Exception):

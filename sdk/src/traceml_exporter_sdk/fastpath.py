@@ -94,11 +94,17 @@ def _f(value: Any) -> float | None:
     return _float(value)
 
 
-def _events(raw: Any) -> dict[str, dict[str, EventStats]]:
+class FloatNCalls(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by ``_events(raw, strict=True)`` at an ``n_calls`` that is a float."""
+
+
+def _events(raw: Any, strict: bool = False) -> dict[str, dict[str, EventStats]]:
     """``projection._events`` for a map of plain dicts with str keys; else the careful one.
 
     With str keys no two names (or devices) collide, so an event is kept exactly when
-    it has a device, in the careful path's order.
+    it has a device, in the careful path's order. A stats dict with all five keys is
+    read by index. ``strict`` raises FloatNCalls at a float ``n_calls``: a
+    JSON decoder may have turned a long integer into one (see ``backfill``).
     """
     if type(raw) is not dict:
         return _careful_events(raw)
@@ -110,18 +116,31 @@ def _events(raw: Any) -> dict[str, dict[str, EventStats]]:
         for device, stats in by_device.items():
             if type(device) is not str or type(stats) is not dict:
                 return _careful_events(raw)
-            get = stats.get
-            is_gpu = get("is_gpu")
-            duration = get("duration_ms")
-            cpu = get("cpu_ms")
-            gpu = get("gpu_ms")
-            n_calls = get("n_calls")
+            try:
+                is_gpu = stats["is_gpu"]
+                duration = stats["duration_ms"]
+                cpu = stats["cpu_ms"]
+                gpu = stats["gpu_ms"]
+                n_calls = stats["n_calls"]
+            except KeyError:
+                get = stats.get
+                is_gpu = get("is_gpu")
+                duration = get("duration_ms")
+                cpu = get("cpu_ms")
+                gpu = get("gpu_ms")
+                n_calls = get("n_calls")
+            if not (type(n_calls) is int or n_calls is None):
+                if strict and type(n_calls) is float:
+                    raise FloatNCalls
+                n_calls = _int(n_calls)
             devices[device] = {
                 "is_gpu": is_gpu if is_gpu is True or is_gpu is False else None,
-                "duration_ms": duration if type(duration) is float else _f(duration),
-                "cpu_ms": cpu if type(cpu) is float else _f(cpu),
-                "gpu_ms": gpu if type(gpu) is float else _f(gpu),
-                "n_calls": n_calls if type(n_calls) is int else _int(n_calls),
+                "duration_ms": duration
+                if type(duration) is float or duration is None
+                else _f(duration),
+                "cpu_ms": cpu if type(cpu) is float or cpu is None else _f(cpu),
+                "gpu_ms": gpu if type(gpu) is float or gpu is None else _f(gpu),
+                "n_calls": n_calls,
             }
         if devices:
             out[name] = devices
