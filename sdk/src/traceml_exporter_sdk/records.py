@@ -79,6 +79,7 @@ _R = TypeVar("_R", bound=type[_RecordBase])
 
 _SET_CLASS = object.__dict__["__class__"].__set__
 _BUILDERS: dict[type[Any], Callable[..., Any]] = {}
+_TWINS: dict[type[Any], type[Any]] = {}
 
 
 def builder(record_type: type[Any]) -> Callable[..., Any]:
@@ -87,6 +88,14 @@ def builder(record_type: type[Any]) -> Callable[..., Any]:
     Equal to ``cls(*fields)``; the mapper and the backfill reader use it per row.
     """
     return _BUILDERS[record_type]
+
+
+def twin(record_type: type[Any]) -> type[Any]:
+    """The record class's twin (see ``_finish``), for code that fills records field by field.
+
+    ``r = object.__new__(twin(cls))``, set every field, then ``r.__class__ = cls``.
+    """
+    return _TWINS[record_type]
 
 
 def _finish(stream: str) -> Any:
@@ -105,10 +114,10 @@ def _finish(stream: str) -> Any:
         names = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
         cls.STREAM = stream
         cls.COLUMNS = names
-        twin = type(f"_{cls.__name__}Fields", cls.__bases__, {"__slots__": names})
+        fields_class = type(f"_{cls.__name__}Fields", cls.__bases__, {"__slots__": names})
         namespace: dict[str, Any] = {
             "_new": object.__new__,
-            "_twin": twin,
+            "_twin": fields_class,
             "_cls": cls,
             "_set_class": _SET_CLASS,
         }
@@ -135,6 +144,7 @@ def _finish(stream: str) -> Any:
         cls.__init__ = init  # type: ignore[method-assign]
         cls.to_dict = to_dict  # type: ignore[method-assign]
         _BUILDERS[cls] = build
+        _TWINS[cls] = fields_class
         return cls
 
     return wrap
