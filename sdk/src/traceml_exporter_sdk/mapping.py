@@ -19,10 +19,10 @@ from .streams import validate_stream_filter
 
 __all__ = ["records_from_payload"]
 
-_FAST: dict[Projection, FastBuilder] = {
-    PROJECTION_BY_SAMPLER[sampler]: build for sampler, build in FAST_BUILDERS.items()
+_FAST: dict[str, tuple[Projection, FastBuilder]] = {
+    sampler: (PROJECTION_BY_SAMPLER[sampler], build) for sampler, build in FAST_BUILDERS.items()
 }
-"""The fast builder of each shipped projection (a replaced projection has none)."""
+"""Sampler -> its shipped projection and that projection's fast builder."""
 
 
 def records_from_payload(
@@ -80,8 +80,9 @@ def records_from_payload(
             skipped += 1
             continue
         observed = time.time_ns() if observed_given is None else observed_given
-        fast = _FAST.get(projection)
-        if fast is not None:
+        shipped = _FAST.get(sampler)  # type: ignore[arg-type]
+        if shipped is not None and shipped[0] is projection:
+            fast = shipped[1]
             mark = len(records)
             try:
                 fast(meta, tables, observed, records)
