@@ -81,8 +81,12 @@ def validate_stream_filter(streams: Collection[str] | None) -> frozenset[str] | 
         ValueError: a string, an empty collection, an unknown STREAM name, or an
             object that cannot be iterated; never anything else.
     """
+    global _last_checked  # one pair, replaced whole: consistent across threads
     if streams is None:
         return None
+    last_streams, last_selected = _last_checked
+    if streams is last_streams and type(streams) in (tuple, frozenset):
+        return last_selected  # the worker passes its own tuple with every payload
     if isinstance(streams, (str, bytes)):
         raise ValueError(
             f"streams must be a collection of STREAM names, not a string ({streams!r}); "
@@ -109,7 +113,13 @@ def validate_stream_filter(streams: Collection[str] | None) -> frozenset[str] | 
         raise ValueError(
             f"streams has unknown name {', '.join(unknown)}; valid names: {', '.join(ALL_STREAMS)}"
         )
-    return frozenset(plain)
+    selected = frozenset(plain)
+    _last_checked = (streams, selected)
+    return selected
+
+
+_last_checked: tuple[object, frozenset[str] | None] = (None, None)
+"""The last ``streams`` checked and its result, compared by identity (never hashed)."""
 
 
 def _is_str(value: object) -> bool:
