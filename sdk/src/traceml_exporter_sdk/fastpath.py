@@ -217,10 +217,15 @@ def _step_memory(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list
         r.device = device if type(device) is str else _str_or_none(device)
         step = get("step")
         r.step = step if type(step) is int else _int(step)
+        # Byte counts arrive as ints (torch's memory stats): converted here, not in _f.
         alloc = get("peak_alloc")
-        r.peak_alloc_bytes = alloc if type(alloc) is float else _f(alloc)
+        r.peak_alloc_bytes = (
+            alloc if type(alloc) is float else float(alloc) if type(alloc) is int else _f(alloc)
+        )
         resv = get("peak_resv")
-        r.peak_reserved_bytes = resv if type(resv) is float else _f(resv)
+        r.peak_reserved_bytes = (
+            resv if type(resv) is float else float(resv) if type(resv) is int else _f(resv)
+        )
         r.__class__ = record
         append(r)
 
