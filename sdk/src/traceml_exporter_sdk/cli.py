@@ -484,7 +484,7 @@ def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, ou
     # JSON Lines are decoded on the worker thread (submit_deferred): decoding here,
     # beside the worker's mapping, cost more CPU than the decoding itself.
     if fmt == "jsonl":
-        items: Iterator[Any] = reader.deferred()
+        items: Iterator[Any] = reader.deferred_records(worker.context.streams)
         submit: Callable[[Any], bool] = worker.submit_deferred
     else:
         items, submit = iter(reader), worker.submit
