@@ -21,8 +21,8 @@ import pytest
 import test_differential
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fast_path import key, near_typed_envelopes
-from traceml_exporter_sdk import RecordBatch, records_from_payload
+from test_fast_path import canon, event_maps, key, near_typed_envelopes
+from traceml_exporter_sdk import RecordBatch, backfill, records_from_payload
 from traceml_exporter_sdk.fastdecode import line_mapper
 from traceml_exporter_sdk.replay import PayloadReader
 from traceml_exporter_sdk.streams import ALL_STREAMS
@@ -130,3 +130,33 @@ def test_without_msgspec_replay_decodes_the_usual_way(
     path.write_bytes(orjson.dumps(load_corpus()[0]) + b"\n")
     [produce] = PayloadReader(path, "jsonl").deferred_records(ALL_STREAMS)
     assert produce() == load_corpus()[0]  # the decoded payload, for the worker to map
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(event_maps, test_differential.events), st.booleans())
+def test_backfill_events_json_fast_equals_careful(events: Any, sort_keys: bool) -> None:
+    """backfill decodes events_json with msgspec when it can; the careful decoding agrees."""
+    try:
+        text = json.dumps(events, sort_keys=sort_keys)
+    except (TypeError, ValueError):
+        return
+    fast = outcome(text)
+    careful_fast, backfill._FAST_EVENTS = backfill._FAST_EVENTS, None
+    try:
+        careful = outcome(text)
+    finally:
+        backfill._FAST_EVENTS = careful_fast
+    assert fast == careful
+
+
+def outcome(text: str) -> Any:
+    """The decoded map (comparable), the reason string, or the exception's type."""
+    try:
+        result = backfill._events(text)
+    except Exception as exc:  # the row is then skipped as "cannot be coerced"
+        return type(exc)
+    return result if isinstance(result, str) else key_of(result)
+
+
+def key_of(events: dict[str, Any]) -> Any:
+    return canon(events)

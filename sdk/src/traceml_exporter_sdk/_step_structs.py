@@ -39,3 +39,4 @@ decode_line = msgspec.json.Decoder(list[Envelope] | Envelope).decode
 decode_step_body = msgspec.json.Decoder(Body).decode
 decode_body = msgspec.json.Decoder(dict[str, Any]).decode
 to_builtins = msgspec.to_builtins
+decode_events = msgspec.json.Decoder(dict[str, dict[str, Stats]]).decode

@@ -24,6 +24,7 @@ The database is opened read-only; nothing is written to it.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sqlite3
@@ -171,6 +172,27 @@ class SqliteSource:
         self.connection.close()
 
 
+def _msgspec_events() -> Callable[[str], dict[str, Any]] | None:
+    """With msgspec: text -> the normalised events map, built in C; raises on
+    anything the careful decoding below might read differently."""
+    try:
+        types = importlib.import_module("traceml_exporter_sdk._step_structs")
+    except ImportError:
+        return None
+    decode, to_builtins = types.decode_events, types.to_builtins
+
+    def events(text: str) -> dict[str, Any]:
+        value: dict[str, Any] = to_builtins(decode(text))
+        if {} in value.values():  # a name with no device is dropped
+            value = {name: devices for name, devices in value.items() if devices}
+        return value
+
+    return events
+
+
+_FAST_EVENTS = _msgspec_events()
+
+
 def _events(text: Any) -> dict[str, Any] | str:
     """The events map, decoded and normalised as the payload path's; else a reason.
 
@@ -178,6 +200,11 @@ def _events(text: Any) -> dict[str, Any] | str:
     keeps is ``n_calls``, so a float there sends the text to ``json``, which keeps
     integers exact (a float field gets the same float either way).
     """
+    if _FAST_EVENTS is not None and type(text) is str:
+        try:
+            return _FAST_EVENTS(text)
+        except Exception:  # noqa: S110 - the careful decoding decides
+            pass
     if type(text) is not str:
         if type(text) is not bytes:
             return f"events_json is {type(text).__name__}, not JSON text"
