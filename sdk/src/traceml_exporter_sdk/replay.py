@@ -173,7 +173,7 @@ class PayloadReader:
             for number, line in enumerate(fh, start=1):
                 offset = self.position
                 self.position += len(line)
-                if line.strip():
+                if not line.isspace():  # strip() would copy the whole line
                     yield number, offset, line
 
     def decode_line(self, number: int, offset: int, line: bytes) -> Any:
