@@ -22,7 +22,13 @@ import test_differential
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fast_path import canon, event_maps, key, near_typed_envelopes
-from traceml_exporter_sdk import RecordBatch, backfill, records_from_payload
+from traceml_exporter_sdk import (
+    ExporterContext,
+    ExportWorker,
+    RecordBatch,
+    backfill,
+    records_from_payload,
+)
 from traceml_exporter_sdk.fastdecode import line_mapper
 from traceml_exporter_sdk.replay import PayloadReader
 from traceml_exporter_sdk.streams import ALL_STREAMS
@@ -160,3 +166,25 @@ def outcome(text: str) -> Any:
 
 def key_of(events: dict[str, Any]) -> Any:
     return canon(events)
+
+
+def test_worker_admits_a_record_batch_from_a_deferred_producer(tmp_path: Path) -> None:
+    """What replay's producers return when the fast way mapped the line."""
+    line = orjson.dumps(
+        [
+            {"meta": {"sampler": "StepTimeSampler"}, "body": {"tables": {"T": [{"step": 1}]}}},
+            {"meta": {"sampler": "ProcessSampler"}, "body": {"tables": {"T": [{"seq": 1}]}}},
+            {"meta": {"sampler": "StepMemorySampler"}, "body": {"tables": {"T": [{"step": 1}]}}},
+        ]
+    )
+    mapper = line_mapper(("step_time", "process"))
+    assert mapper is not None
+    batch = mapper(line)
+    assert [r.STREAM for r in batch.records] == ["step_time", "process"]
+    context = ExporterContext.create(tmp_path, "step_time")  # process is not selected here
+    worker = ExportWorker("jsonl", context).start()
+    worker.submit_deferred(lambda: RecordBatch(list(batch.records), 2))
+    report = worker.shutdown(10)
+    assert report.failure is None
+    assert report.admitted_by_stream == {"step_time": 1}
+    assert report.skipped_units == 2
