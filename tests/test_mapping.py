@@ -480,7 +480,9 @@ def test_row_that_does_not_fit_its_record_counts_once(monkeypatch: pytest.Monkey
 def test_rows_of_a_table_mapped_to_the_wrong_record_each_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # step_time rows have 12 columns, StepMemoryRecord 14: none fits.
+    # step_time rows have 12 columns, StepMemoryRecord 14: none fits. The fast builders
+    # hard-code their record classes, so the careful path alone sees the patched map.
+    monkeypatch.setattr(mapping_module, "_FAST", {})
     monkeypatch.setitem(projection_module.TABLE_RECORDS, "step_time_samples", StepMemoryRecord)
     payload = [
         envelope("StepTimeSampler", [step_row(1), step_row(2), step_row(3)]),
@@ -492,6 +494,7 @@ def test_rows_of_a_table_mapped_to_the_wrong_record_each_count(
 
 
 def test_table_without_a_record_counts_each_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mapping_module, "_FAST", {})  # as above: the careful path's rule
     monkeypatch.delitem(projection_module.TABLE_RECORDS, "system_gpu_samples")
     payload = [
         envelope("SystemSampler", [system_row(1, [gpu(), gpu(), gpu()]), system_row(2, [gpu()])]),
@@ -1080,3 +1083,66 @@ def test_internal_mapping_example() -> None:
     forward_cpu_ms = namespace["forward_cpu_ms"]
     assert list(forward_cpu_ms(payload)) == [(0, 1, 12.5), (0, 2, None), (1, 1, 3.0), (1, 1, 4.5)]
     assert list(forward_cpu_ms([])) == []
+
+
+# -- issue 9, item 13: the two arguments are checked, ValueError naming them --------------
+
+
+class HashRaises(str):
+    def __hash__(self) -> int:
+        raise RuntimeError("no hash")
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("no eq")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+class Unhashable:
+    __hash__ = None  # type: ignore[assignment]
+
+
+class IterRaises:
+    def __iter__(self) -> Any:
+        raise RuntimeError("no iter")
+
+
+@pytest.mark.parametrize("stamp", [True, False, "abc", 1.5, b"1", [1], 10.0**18])
+def test_bad_observed_stamp_raises_value_error_naming_it(stamp: Any) -> None:
+    payload: list[Any] = [Tripwire()]
+    with pytest.raises(ValueError, match="observed_timestamp_unix_ns") as info:
+        records_from_payload(payload, observed_timestamp_unix_ns=stamp)
+    assert type(stamp).__name__ in str(info.value)
+    assert payload[0].reads == []
+
+
+def test_int_subclass_observed_stamp_becomes_a_plain_int() -> None:
+    class Ns(int):
+        pass
+
+    batch = records_from_payload(mixed_payload(), observed_timestamp_unix_ns=Ns(5))
+    assert batch.records
+    assert all(type(r.observed_timestamp_unix_ns) is int for r in batch.records)
+    assert {r.observed_timestamp_unix_ns for r in batch.records} == {5}
+
+
+@pytest.mark.parametrize(
+    "streams",
+    [[HashRaises("bogus")], [Unhashable()], IterRaises(), 5, [None]],
+    ids=["hash-raises-unknown", "unhashable", "iter-raises", "int", "none"],
+)
+def test_hostile_streams_raise_value_error_naming_it(streams: Any) -> None:
+    payload: list[Any] = [Tripwire()]
+    with pytest.raises(ValueError, match="streams") as info:
+        records_from_payload(payload, streams=streams)
+    for name in ALL_STREAMS:
+        assert name in str(info.value)
+    assert payload[0].reads == []
+
+
+def test_str_subclass_stream_names_select_as_their_text() -> None:
+    batch = records_from_payload(
+        mixed_payload(), observed_timestamp_unix_ns=1, streams=[HashRaises("step_time")]
+    )
+    assert kinds(batch.records) == [("step_time", (0, 1)), ("step_time", (0, 2))]

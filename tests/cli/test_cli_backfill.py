@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import sqlite3
 import typing
@@ -253,3 +254,123 @@ def test_database_is_not_modified(tmp_path: Path) -> None:
     before = db.read_bytes()
     assert _run(db, tmp_path).returncode == 0
     assert db.read_bytes() == before
+
+
+# -- issue 9 items 4-6: coerced as the payload path, one bad row never stops the rest ----
+
+
+def _step_db(tmp_path: Path, rows: int = 4) -> Path:
+    db = tmp_path / "run.sqlite"
+    create_tables(db, ["step_time"])
+    insert_rows(db, "step_time", _rows("step_time", rows, seed=11))
+    return db
+
+
+def test_dynamic_sqlite_types_are_coerced_as_the_payload_path(tmp_path: Path) -> None:
+    db = _step_db(tmp_path)
+    events = '{"fwd":{"cpu":{"is_gpu":1,"duration_ms":2,"cpu_ms":"x","n_calls":' + "9" * 30 + "}}}"
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE step_time_samples SET step = x'00ff', rank = '7', global_rank = 'seven', "
+            "timestamp_unix_ns = 1700000000.25, seq = 2.5, hostname = 5, events_json = ? WHERE id = 2",
+            (events,),
+        )
+    conn.close()
+    result = _run(db, tmp_path, "--hostname")
+    assert result.returncode == 0, result.stderr
+    export = tmp_path / "run" / "aggregator" / "export" / "step_time.jsonl"
+    records = [json.loads(line) for line in export.read_text().splitlines()][:-1]  # json: exact
+    assert len(records) == 4
+    row = records[1]
+    assert row["step"] is None  # a BLOB is not an int
+    assert row["rank"] == 7  # an identity int parses text, as the payload path's meta
+    assert row["global_rank"] is None
+    assert row["timestamp_unix_ns"] is None  # float seconds or REAL: not integer ns
+    assert row["seq"] is None
+    assert row["hostname"] == "5"
+    assert row["events"] == {
+        "fwd": {
+            "cpu": {
+                "is_gpu": None,
+                "duration_ms": 2.0,
+                "cpu_ms": None,
+                "gpu_ms": None,
+                "n_calls": int("9" * 30),
+            }
+        }
+    }
+
+
+def test_deeply_nested_events_json_is_one_skipped_row(tmp_path: Path) -> None:
+    db = _step_db(tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE step_time_samples SET events_json = ? WHERE id = 3",
+            ("[" * 100_000 + "]" * 100_000,),
+        )
+        conn.execute(
+            "UPDATE step_time_samples SET events_json = ? WHERE id = 1",
+            ('{"a":' * 100_000 + "1" + "}" * 100_000,),
+        )
+    conn.close()
+    result = _run(db, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "skipped units              2" in result.stdout.splitlines()
+    records, _ = read_export(tmp_path / "run", "step_time")
+    assert len(records) == 2
+
+
+def test_rows_that_cannot_be_records_are_skipped_with_their_ids(tmp_path: Path) -> None:
+    db = tmp_path / "run.sqlite"
+    create_tables(db, ["system_gpu", "stdout_stderr"])
+    insert_rows(db, "system_gpu", _rows("system_gpu", 3, seed=12))
+    insert_rows(db, "stdout_stderr", _rows("stdout_stderr", 3, seed=13))
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE system_gpu_samples SET gpu_idx = 'one' WHERE id = 2")
+        conn.execute("UPDATE stdout_stderr_samples SET line = '' WHERE id = 1")
+        conn.execute(
+            "UPDATE stdout_stderr_samples SET observed_timestamp_unix_ns = NULL WHERE id = 3"
+        )
+    conn.close()
+    result = _run(db, tmp_path, "--streams", "all")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "skipped units              3" in lines
+    assert "  system_gpu_samples id 2: gpu_idx is str, not an integer" in lines
+    assert "  stdout_stderr_samples id 1: line is empty" in lines
+    assert (
+        "  stdout_stderr_samples id 3: observed_timestamp_unix_ns is NULL, not an integer" in lines
+    )
+    assert len(read_export(tmp_path / "run", "system_gpu")[0]) == 2
+    assert len(read_export(tmp_path / "run", "stdout_stderr")[0]) == 1
+
+
+def _corrupt_overflow_page(db: Path, marker: bytes) -> None:
+    """Point the overflow chain of the row holding ``marker`` at a page that is not there."""
+    data = bytearray(db.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    first = data.index(marker)
+    # The marker's second page is an overflow page: its first 4 bytes are the next page.
+    page = (first // page_size + 1) * page_size
+    data[page : page + 4] = (0x7FFFFFF0).to_bytes(4, "big")
+    db.write_bytes(bytes(data))
+
+
+def test_corrupt_page_midway_marks_the_export_partial(tmp_path: Path) -> None:
+    db = tmp_path / "run.sqlite"
+    create_tables(db, ["step_time"])
+    rows = _rows("step_time", 3000, seed=14)
+    big = {"big": {"cpu": {"is_gpu": False, "x": "Q" * 20_000}}}
+    rows[2500]["events"] = big
+    insert_rows(db, "step_time", rows)
+    _corrupt_overflow_page(db, b"QQQQQQQQ")
+    result = _run(db, tmp_path)
+    assert result.returncode == 3
+    [error] = error_lines(result)
+    warning = tmp_path / "run" / "aggregator" / "finalization_warning.json"
+    assert error.endswith(f"the export is partial (recorded in {warning})"), error
+    block = json.loads(warning.read_text())["backfill"]
+    assert block["partial"] is True
+    assert block["rows_total"] == 3000
+    assert 0 < block["rows_read"] < 3000
+    assert "malformed" in block["error"] or "corrupt" in block["error"]

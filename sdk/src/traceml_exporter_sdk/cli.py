@@ -511,7 +511,7 @@ def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, ou
     # JSON Lines are decoded on the worker thread (submit_deferred): decoding here,
     # beside the worker's mapping, cost more CPU than the decoding itself.
     if fmt == "jsonl":
-        items: Iterator[Any] = reader.deferred()
+        items: Iterator[Any] = reader.deferred_records(worker.context.streams)
         submit: Callable[[Any], bool] = worker.submit_deferred
     else:
         items, submit = iter(reader), worker.submit
@@ -557,7 +557,7 @@ def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, ou
 
 
 def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out: TextIO) -> int:
-    from .backfill import BackfillError, open_database
+    from .backfill import BackfillError, mark_partial, open_database
 
     path = Path(args.sqlite)
     streams = parse_export_streams(streams_value)
@@ -591,7 +591,10 @@ def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out:
             )
         except BackfillError as exc:
             worker.shutdown(args.shutdown_timeout)
-            raise CliError(str(exc), EXIT_INPUT) from None
+            root = worker.context.session_root
+            marked = mark_partial(root, str(exc), source.rows_read, source.total_rows)
+            where = f"recorded in {marked}" if marked else f"could not be recorded in {root}"
+            raise CliError(f"{exc}; the export is partial ({where})", EXIT_INPUT) from None
         finally:
             progress.update(source.rows_read, source.rows_read, force=True)
             progress.finish()

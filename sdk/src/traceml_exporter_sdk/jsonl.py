@@ -16,7 +16,9 @@ line readers (``str.splitlines``, JavaScript) take for line breaks, are written
 as ``\\u`` escapes, so every reader sees one record per line; the decoded
 values are unchanged. Integers beyond 64 bits, which orjson rejects, and
 strings holding lone surrogates are written through ``json`` instead; a
-non-finite float is ``null`` either way.
+non-finite float is ``null`` either way. An integer is written exactly however
+long, also past Python's int-to-text limit (4300 digits by default), which
+``json`` alone refuses.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import contextlib
 import json
 import math
 import operator
+import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -58,20 +61,54 @@ def encode_line(data: dict[str, Any]) -> bytes:
 
 def _fallback_line(data: dict[str, Any]) -> bytes:
     """What orjson would write, for the values it refuses (the rare path)."""
-    text = json.dumps(_finite(data), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        text = _dumps(_finite(data))
+    except ValueError:  # an int past sys.get_int_max_str_digits(): write its digits ourselves
+        longs: list[int] = []
+        token = f"\x00long-int-{secrets.token_hex(8)}-"
+        text = _dumps(_finite(data, longs, token))
+        for index, value in enumerate(longs):
+            text = text.replace(json.dumps(f"{token}{index}"), _digits(value), 1)
     # A lone surrogate cannot be UTF-8; backslashreplace writes it as the JSON escape \udXXX.
     return text.encode("utf-8", "backslashreplace") + b"\n"
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN or infinity replaced by None, as orjson writes them."""
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: Any, longs: list[int] | None = None, token: str = "") -> Any:
+    """``value`` with every NaN or infinity replaced by None, as orjson writes them.
+
+    With ``longs``, each int longer than Python will print becomes the string
+    ``token + index`` and is appended to ``longs``.
+    """
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if longs is not None and isinstance(value, int) and value.bit_length() > _SAFE_BITS:
+        longs.append(value)
+        return f"{token}{len(longs) - 1}"
     if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
+        return {key: _finite(item, longs, token) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
+        return [_finite(item, longs, token) for item in value]
     return value
+
+
+_SAFE_BITS = 3000  # under 1000 decimal digits: always printable
+_CHUNK_DIGITS = 1000
+
+
+def _digits(value: int) -> str:
+    """The decimal text of ``value``, in chunks each under the int-to-text limit."""
+    if value < 0:
+        return "-" + _digits(-value)
+    chunks: list[int] = []
+    base = 10**_CHUNK_DIGITS
+    while value >= base:
+        value, chunk = divmod(value, base)
+        chunks.append(chunk)
+    return str(value) + "".join(str(chunk).zfill(_CHUNK_DIGITS) for chunk in reversed(chunks))
 
 
 def _escape_line_breaks(blob: bytes) -> bytes:

@@ -6,11 +6,23 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from .projection import PROJECTION_BY_SAMPLER, TABLE_RECORDS, normalise_envelope, sampler_of
+from .fastpath import FAST_BUILDERS, FastBuilder
+from .projection import (
+    PROJECTION_BY_SAMPLER,
+    TABLE_RECORDS,
+    Projection,
+    normalise_envelope,
+    sampler_of,
+)
 from .records import Record, RecordBatch
 from .streams import validate_stream_filter
 
 __all__ = ["records_from_payload"]
+
+_FAST: dict[str, tuple[Projection, FastBuilder]] = {
+    sampler: (PROJECTION_BY_SAMPLER[sampler], build) for sampler, build in FAST_BUILDERS.items()
+}
+"""Sampler -> its shipped projection and that projection's fast builder."""
 
 
 def records_from_payload(
@@ -29,10 +41,13 @@ def records_from_payload(
     left out by ``streams`` are neither built nor counted.
 
     Raises:
-        ValueError: only for a bad ``streams`` (a string, an empty collection
-            or an unknown STREAM name), before the payload is read.
+        ValueError: only for bad arguments, before the payload is read: a
+            ``streams`` that is a string, empty, names an unknown STREAM or cannot
+            be read as a collection of names; an ``observed_timestamp_unix_ns``
+            that is not an int (bool included) or None.
     """
     selected = validate_stream_filter(streams)
+    observed_given = _observed_stamp(observed_timestamp_unix_ns)
     if type(payload) is list:
         items = payload
     elif isinstance(payload, list):
@@ -44,7 +59,6 @@ def records_from_payload(
     else:
         items = [payload]
     records: list[Record] = []
-    append = records.append
     skipped = 0
     for item in items:
         try:
@@ -65,27 +79,64 @@ def records_from_payload(
         except Exception:
             skipped += 1
             continue
-        observed = (
-            time.time_ns() if observed_timestamp_unix_ns is None else observed_timestamp_unix_ns
-        )
-        try:
-            rows_by_table = projection.build(meta, tables, observed)
-        except Exception:
-            skipped += 1
-            continue
-        for table in projection.tables:
-            rows = rows_by_table.get(table)
-            if not rows:
+        observed = time.time_ns() if observed_given is None else observed_given
+        shipped = _FAST.get(sampler)  # type: ignore[arg-type]
+        if shipped is not None and shipped[0] is projection:
+            fast = shipped[1]
+            mark = len(records)
+            try:
+                fast(meta, tables, observed, records)
+            except Exception:
+                # The careful projection decides whatever the fast one could not build.
+                del records[mark:]
+            else:
+                if selected is not None and len(projection.tables) > 1:
+                    records[mark:] = [r for r in records[mark:] if r.STREAM in selected]
                 continue
-            record_type = TABLE_RECORDS.get(table)
-            if record_type is None:
-                skipped += len(rows)
-                continue
-            if selected is not None and record_type.STREAM not in selected:
-                continue
-            for row in rows:
-                try:
-                    append(record_type(*row))
-                except Exception:
-                    skipped += 1
+        skipped += _careful(projection, meta, tables, observed, selected, records)
     return RecordBatch(records, skipped)
+
+
+def _observed_stamp(value: Any) -> int | None:
+    """The checked ``observed_timestamp_unix_ns``: None, or a plain int of nanoseconds."""
+    if value is None or type(value) is int:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    raise ValueError(
+        f"observed_timestamp_unix_ns must be an int (Unix nanoseconds) or None, "
+        f"got {type(value).__name__}"
+    )
+
+
+def _careful(
+    projection: Projection,
+    meta: Any,
+    tables: Any,
+    observed: int,
+    selected: frozenset[str] | None,
+    records: list[Record],
+) -> int:
+    """Project through the row tuples, as TraceML's writers do; return the skipped units."""
+    try:
+        rows_by_table = projection.build(meta, tables, observed)
+    except Exception:
+        return 1
+    skipped = 0
+    append = records.append
+    for table in projection.tables:
+        rows = rows_by_table.get(table)
+        if not rows:
+            continue
+        record_type = TABLE_RECORDS.get(table)
+        if record_type is None:
+            skipped += len(rows)
+            continue
+        if selected is not None and record_type.STREAM not in selected:
+            continue
+        for row in rows:
+            try:
+                append(record_type(*row))
+            except Exception:
+                skipped += 1
+    return skipped

@@ -78,32 +78,58 @@ def validate_stream_filter(streams: Collection[str] | None) -> frozenset[str] | 
     names (not a single string) is required.
 
     Raises:
-        ValueError: a string, an empty collection, or an unknown STREAM name.
+        ValueError: a string, an empty collection, an unknown STREAM name, or an
+            object that cannot be iterated; never anything else.
     """
+    global _last_checked  # one pair, replaced whole: consistent across threads
     if streams is None:
         return None
+    last_streams, last_selected = _last_checked
+    if streams is last_streams and type(streams) in (tuple, frozenset):
+        return last_selected  # the worker passes its own tuple with every payload
     if isinstance(streams, (str, bytes)):
         raise ValueError(
             f"streams must be a collection of STREAM names, not a string ({streams!r}); "
             f"for example ['step_time']. Valid names: {', '.join(ALL_STREAMS)}"
         )
     try:
-        selected = frozenset(streams)
-    except TypeError:
+        names = list(streams)
+    except Exception as exc:
         raise ValueError(
-            f"streams must be a collection of STREAM names, got {type(streams).__name__}; "
-            f"valid names: {', '.join(ALL_STREAMS)}"
+            f"streams must be a collection of STREAM names, got {type(streams).__name__} "
+            f"({_failure(exc)}); valid names: {', '.join(ALL_STREAMS)}"
         ) from None
-    if not selected:
+    if not names:
         raise ValueError(
             f"streams is empty; pass None for every stream or some of: {', '.join(ALL_STREAMS)}"
         )
-    unknown = sorted(map(repr, selected.difference(ALL_STREAMS)))
+    # Plain str copies only: a name's own __hash__, __eq__ or __repr__ never runs.
+    plain = [str.__str__(name) if type(name) is str or _is_str(name) else name for name in names]
+    unknown = sorted(
+        {repr(name) if type(name) is str else f"a {type(name).__name__}" for name in plain}
+        - {repr(name) for name in ALL_STREAMS}
+    )
     if unknown:
         raise ValueError(
             f"streams has unknown name {', '.join(unknown)}; valid names: {', '.join(ALL_STREAMS)}"
         )
+    selected = frozenset(plain)
+    _last_checked = (streams, selected)
     return selected
+
+
+_last_checked: tuple[object, frozenset[str] | None] = (None, None)
+"""The last ``streams`` checked and its result, compared by identity (never hashed)."""
+
+
+def _is_str(value: object) -> bool:
+    """A str subclass, judged by the type alone (``isinstance`` may ask ``__class__``)."""
+    return issubclass(type(value), str)
+
+
+def _failure(exc: Exception) -> str:
+    """``iterating it raised TypeError``: the exception's type only (its text may not print)."""
+    return f"iterating it raised {type(exc).__name__}"
 
 
 def _supported() -> str:

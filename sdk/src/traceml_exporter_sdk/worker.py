@@ -60,7 +60,7 @@ from .context import ExporterContext
 from .exporter import Exporter
 from .factory import FactoryFailure, call_factory, load_exporter
 from .mapping import records_from_payload
-from .records import ExportRecord
+from .records import ExportRecord, RecordBatch
 
 __all__ = ["NO_PAYLOAD", "WARNING_FILE", "ExportFailure", "ExportReport", "ExportWorker"]
 
@@ -224,8 +224,10 @@ class ExportWorker:
         For a producer that only reads bytes (a replay): decoding on the worker
         thread keeps the two threads from contending for the GIL over every
         payload. ``produce`` returning ``NO_PAYLOAD`` adds nothing (not a skipped
-        unit); raising counts one skipped unit. Same queue, drop and accounting
-        as ``submit``.
+        unit); raising counts one skipped unit; returning a ``RecordBatch`` (a
+        producer that mapped the payload itself) admits its records as
+        ``submit_records`` does and adds its skipped units. Same queue, drop and
+        accounting as ``submit``.
         """
         return self._put((_DEFERRED, produce))
 
@@ -375,7 +377,12 @@ class ExportWorker:
                     value = value()
                     if value is NO_PAYLOAD:
                         continue
-                    kind = _PAYLOAD
+                    if type(value) is RecordBatch:  # the producer mapped its payload itself
+                        skipped += value.skipped
+                        value = value.records
+                        kind = _RECORDS
+                    else:
+                        kind = _PAYLOAD
                 if kind == _PAYLOAD:
                     mapped = records_from_payload(value, streams=self._streams)
                     batch = mapped.records

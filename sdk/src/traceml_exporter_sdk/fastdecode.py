@@ -1,0 +1,106 @@
+"""A JSON Lines payload straight to records with msgspec, for ``replay`` (optional).
+
+Decoding a line with orjson builds every events map as dicts, and the mapper then
+builds it again, normalised. Here msgspec decodes a StepTimeSampler envelope's rows
+into typed structs and ``msgspec.to_builtins`` turns each events map into the
+normalised dicts in C (stats keys in the contract's order, missing ones None,
+unknown ones dropped). Other envelopes are decoded as plain values and mapped by
+``records_from_payload`` one by one.
+
+msgspec accepts only what the careful path would read the same way: a value of
+another type (a float step, ``is_gpu`` 1, a boolean duration), NaN, a BOM, a lone
+surrogate, a body that is not an object... make it raise, and then the whole line
+goes the usual way (``PayloadReader.decode_line`` and ``records_from_payload``),
+which decides. ``tests/test_fast_decode.py`` checks the two agree.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .fastpath import _identity
+from .mapping import records_from_payload
+from .projection import sampler_of
+from .records import Record, RecordBatch, StepTimeRecord, twin
+
+__all__ = ["LineMapper", "line_mapper"]
+
+LineMapper = Callable[[bytes], RecordBatch]
+
+_new = object.__new__
+_FIELDS = twin(StepTimeRecord)
+
+
+def line_mapper(streams: tuple[str, ...]) -> LineMapper | None:
+    """A function from one JSON line to its records, or None without msgspec.
+
+    The function raises on anything it does not read exactly as the careful path.
+    """
+    try:
+        types = importlib.import_module("traceml_exporter_sdk._step_structs")
+    except ImportError:
+        return None
+    decode_line = types.decode_line
+    decode_step_body = types.decode_step_body
+    decode_body = types.decode_body
+    to_builtins = types.to_builtins
+    selected = tuple(streams)
+    want_steps = "step_time" in selected
+
+    def map_line(line: bytes) -> RecordBatch:
+        decoded = decode_line(line)
+        envelopes = decoded if type(decoded) is list else [decoded]
+        records: list[Record] = []
+        skipped = 0
+        for envelope in envelopes:
+            meta = envelope.meta
+            if sampler_of(meta) != "StepTimeSampler":
+                item = {"meta": meta, "body": decode_body(envelope.body)}
+                batch = records_from_payload(item, streams=selected)
+                records += batch.records
+                skipped += batch.skipped
+                continue
+            body = decode_step_body(envelope.body)
+            if want_steps:
+                _steps(meta, body.tables, records, to_builtins)
+        return RecordBatch(records, skipped)
+
+    return map_line
+
+
+def _steps(
+    meta: dict[str, Any], tables: dict[str, Any], out: list[Record], to_builtins: Any
+) -> None:
+    """``fastpath._step_time`` for typed rows: the same fields, values already checked."""
+    if not tables:
+        return
+    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = _identity(
+        meta
+    )
+    observed = time.time_ns()
+    append = out.append
+    fields = _FIELDS
+    record = StepTimeRecord
+    for rows in tables.values():
+        for row in rows:
+            events = to_builtins(row.events)
+            if {} in events.values():  # a name with no device is dropped, as TraceML does
+                events = {name: devices for name, devices in events.items() if devices}
+            r = _new(fields)
+            r.observed_timestamp_unix_ns = observed
+            r.rank = rank
+            r.global_rank = global_rank
+            r.local_rank = local_rank
+            r.world_size = world_size
+            r.local_world_size = local_world_size
+            r.node_rank = node_rank
+            r.hostname = hostname
+            r.timestamp_unix_ns = row.timestamp
+            r.seq = row.seq
+            r.step = row.step
+            r.events = events
+            r.__class__ = record
+            append(r)
