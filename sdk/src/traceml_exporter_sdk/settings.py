@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .factory import ExporterSettingError, check_exporter_setting
+from .factory import ExporterSettingError, validate_exporter_setting
 from .streams import DEFAULT_EXPORT_STREAMS, parse_export_streams
 
 __all__ = [
@@ -281,7 +281,7 @@ def _check(name: str, raw: object, source: str, origin: str) -> ResolvedSetting:
         if raw is None:
             return ResolvedSetting(name, raw, source, value=None)
         try:
-            return ResolvedSetting(name, raw, source, value=check_exporter_setting(raw))
+            return ResolvedSetting(name, raw, source, value=validate_exporter_setting(raw))
         except ExporterSettingError as exc:
             return ResolvedSetting(name, raw, source, error=str(exc))
     if name == "export_streams":

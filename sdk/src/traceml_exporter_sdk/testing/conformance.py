@@ -38,7 +38,7 @@ import pytest
 from ..context import ExporterContext
 from ..factory import ExporterSettingError, validate_exporter_setting
 from . import configuration as config
-from ._harness import open_fds
+from ._resources import open_fds
 from .checks import CHECKS, CHECKS_BY_NAME, check_names
 from .environment import NO_READ_BACK, Env, Hooks
 from .errors import ConformanceConfigError, ReadBackNotImplementedError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from .. import _compare as cmp
-from .._harness import describe_threads, tree
+from .._resources import describe_threads, tree
 from ..environment import Env
 from ..registry import CheckGroup
 from ._common import corpus, merged

@@ -8,15 +8,8 @@ import time
 import pytest
 
 from ...worker import ExportWorker
-from .._harness import (
-    WORKER_THREAD,
-    CallLog,
-    Snapshot,
-    describe_fd,
-    describe_threads,
-    open_fds,
-    recording_factory,
-)
+from .._harness import WORKER_THREAD, CallLog, recording_factory
+from .._resources import Snapshot, describe_fd, describe_threads, open_fds
 from ..environment import Env, failure_hint
 from ..registry import CheckGroup
 from ._common import corpus

@@ -6,7 +6,7 @@ import dataclasses
 import inspect
 
 from .. import _compare as cmp
-from .._harness import tree_digest
+from .._resources import tree_digest
 from ..environment import Env
 from ..registry import CheckGroup
 from ._common import corpus

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...streams import EXPORT_STREAM_NAMES
 from .. import _compare as cmp
-from .._harness import tree
+from .._resources import tree
 from ..corpus import as_foreign, load_corpus
 from ..environment import Env
 from ..registry import CheckFunction, CheckGroup

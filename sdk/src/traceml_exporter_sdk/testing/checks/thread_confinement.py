@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from .._harness import (
-    METHODS,
+from .._harness import METHODS
+from .._resources import (
     Snapshot,
     audit_events,
     describe_fd,
