@@ -6,6 +6,7 @@ import pytest
 
 from .. import _compare as cmp
 from .._harness import Run
+from ..corpus import hostile_batches
 from ..environment import NO_READ_BACK, Env
 from ..registry import CheckGroup
 from ._common import corpus
@@ -121,3 +122,29 @@ def check_hostname_kept_when_enabled(env: Env) -> None:
                 f"got {sorted(set(got_values))}"
             )
     assert not problems, "with include_hostname True:\n" + "\n".join(problems)
+
+
+@GROUP.check
+def check_hostile_text(env: Env) -> None:
+    """Rule: stdout lines holding text that breaks careless sinks are written without an
+    error: a lone surrogate, NUL and other control characters, U+2028, U+2029, U+0085 and a
+    128 KiB line (the corpus's hostile payload, ``HOSTILE_TEXT``); with read_back each reads
+    back equal to its to_dict().
+
+    A sink that cannot hold such a value as it is stores it escaped (the SDK's jsonl
+    exporter writes a lone surrogate as its ``\\udXXX`` JSON escape); a crash on a valid
+    record loses the whole run. This check runs without read_back too.
+
+    Contract: "One record per captured stdout or stderr line of a rank."
+    """
+    context = env.context()
+    run = env.worker(context, hostile_batches())
+    env.assert_clean(run, "stdout lines with hostile text")
+    actual = env.read_back(context)
+    if actual is None:
+        return
+    expected = cmp.expected_by_stream(run.log.written(), context.include_hostname)
+    problems = cmp.meta_problems(actual) + cmp.multiset_problems(expected, actual)
+    assert not problems, "hostile text did not read back as written:\n" + "\n".join(
+        p.encode("utf-8", "backslashreplace").decode("utf-8") for p in problems
+    )
