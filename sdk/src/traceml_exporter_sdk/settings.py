@@ -1,9 +1,9 @@
-"""Resolve and check the three export settings as TraceML's launcher would, before a run.
+"""Resolve and validate the three export settings as TraceML's launcher would, before a run.
 
 Each of ``exporter``, ``export_streams`` and ``exporter_hostname`` comes from
 the first place that sets it: the command-line flag, then the environment,
 then ``traceml.yaml``, then the built-in default. The exporter value's form is
-checked without importing anything.
+validated without importing anything.
 
 Environment names: the contract names ``TRACEML_EXPORTER``. The other two,
 ``TRACEML_EXPORT_STREAMS`` and ``TRACEML_EXPORTER_HOSTNAME``, are this tool's
@@ -242,7 +242,7 @@ def resolve_settings(
     config: Mapping[str, Any],
     config_path: Path | None,
 ) -> Resolution:
-    """Pick each setting from flag > environment > traceml.yaml > default, then check it.
+    """Pick each setting from flag > environment > traceml.yaml > default, then validate it.
 
     ``flags`` holds the values given on the command line (``None`` = not given).
     """
@@ -260,7 +260,7 @@ def resolve_settings(
             raw, source, origin = config[name], f"config {config_path}", "config"
         else:
             raw, source, origin = DEFAULTS[name], "default", "default"
-        resolved[name] = _check(name, raw, source, origin)
+        resolved[name] = _validate(name, raw, source, origin)
     return Resolution(
         exporter=resolved["exporter"],
         export_streams=resolved["export_streams"],
@@ -269,7 +269,7 @@ def resolve_settings(
     )
 
 
-def _check(name: str, raw: object, source: str, origin: str) -> ResolvedSetting:
+def _validate(name: str, raw: object, source: str, origin: str) -> ResolvedSetting:
     if raw is NESTED:
         return ResolvedSetting(
             name,
