@@ -167,3 +167,11 @@ def test_the_public_names_are_still_importable_from_the_package() -> None:
         missing = [name for name in module.__all__ if not hasattr(module, name)]
         assert missing == [], f"{module.__name__}: {missing}"
         assert sorted(module.__all__) == sorted(set(module.__all__))
+    assert sdk.jsonl.JsonlExporter is sdk.JsonlExporter  # submodules stay attributes
+
+
+def test_every_submodule_is_reachable_as_an_attribute() -> None:
+    import traceml_exporter_sdk as sdk
+
+    names = {name.split(".")[1] for name in modules() if name.count(".") >= 1 and "._" not in name}
+    assert names == set(sdk._SUBMODULES)

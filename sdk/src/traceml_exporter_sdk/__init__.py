@@ -122,8 +122,32 @@ _WHERE = {
 """Where each public name is defined; it is imported from there on first use."""
 
 
+_SUBMODULES = frozenset(
+    {
+        "backfill",
+        "cli",
+        "context",
+        "exporter",
+        "factory",
+        "jsonl",
+        "mapping",
+        "projection",
+        "records",
+        "replay",
+        "schema",
+        "settings",
+        "streams",
+        "testing",
+        "worker",
+    }
+)
+"""Submodules reachable as attributes, as they were when this module imported them eagerly."""
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name from its module on first use (PEP 562)."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
