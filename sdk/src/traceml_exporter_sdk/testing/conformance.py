@@ -165,7 +165,8 @@ class ExporterConformance:
 
     @pytest.fixture
     def conformance_env(self, tmp_path: Path, request: pytest.FixtureRequest) -> Env:
-        """The per-check environment: a temporary folder and the resolved factory.
+        """The per-check environment: the resolved factory, the class's settings and bound
+        hooks, and a temporary folder; the checks read nothing else of the class.
 
         Figures go to ``user_properties`` directly rather than through the
         ``record_property`` fixture, which warns under ``--junitxml`` (xunit2)
