@@ -19,7 +19,7 @@ from . import _compare as cmp
 from ._harness import METHODS, Run, run_script, run_worker
 from .errors import ReadBackNotImplementedError
 
-__all__ = ["MOVE_TO_OPEN", "NO_READ_BACK", "Env", "Factory", "Hooks", "Settings"]
+__all__ = ["HOSTILE_HINT", "MOVE_TO_OPEN", "NO_READ_BACK", "Env", "Factory", "Hooks", "Settings"]
 
 Factory = Callable[[ExporterContext], Any]
 
@@ -28,6 +28,12 @@ MOVE_TO_OPEN = (
     "on the main thread, and the four methods run on the worker thread, so a resource made "
     'in the factory belongs to the wrong thread (contract: "Create connections, clients '
     'and files in open, not in the factory, so they belong to the thread that uses them.").'
+)
+
+HOSTILE_HINT = (
+    "a record's text may hold any str, lone surrogates and NUL included (the corpus's "
+    "HOSTILE_TEXT); store what the sink cannot hold as it is escaped, e.g. as its JSON "
+    "\\uXXXX escape, rather than fail the run on a valid record"
 )
 
 NO_READ_BACK = (
@@ -156,4 +162,6 @@ def failure_hint(failure: str) -> str:
         )
     if "has no attribute" in low and any(f"'{m}'" in low for m in METHODS):
         return "\nan exporter must have the four methods open, write, flush and close"
+    if "surrogate" in low or "unicodeencodeerror" in low or "(0x00)" in low:
+        return "\n" + HOSTILE_HINT
     return ""
