@@ -441,6 +441,28 @@ def make_lossy_values(context: Any) -> LossyValues:
     return LossyValues(context)
 
 
+class HostileTextCrash(Good):
+    """Writes readable UTF-8 JSON (``ensure_ascii=False``), so a lone surrogate cannot be
+    encoded and write raises ``UnicodeEncodeError`` (it closes its files first)."""
+
+    def line(self, record: Any) -> str:
+        data = record.to_dict()
+        if not self.include_hostname:
+            data.pop("hostname", None)
+        return json.dumps(data, ensure_ascii=False) + "\n"
+
+    def write(self, records: Any) -> None:
+        try:
+            super().write(records)
+        except BaseException:
+            self.close_files()
+            raise
+
+
+def make_hostile_text_crash(context: Any) -> HostileTextCrash:
+    return HostileTextCrash(context)
+
+
 # -- failure behaviour ---------------------------------------------------------------------
 
 

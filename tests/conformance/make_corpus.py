@@ -12,6 +12,11 @@ integers, empty events, GPU lists (two GPUs, none, one partly unmeasured), a
 rank with no hostname and a rank older than integer timestamps. Every record
 it yields is distinct and every stream key is unique, so an exporter that
 drops duplicates is caught only by the check that sends duplicates on purpose.
+
+It also writes ``testing/data/hostile.jsonl``: one payload of stdout lines
+holding the SDK's ``HOSTILE_TEXT`` (a lone surrogate, NUL, U+2028, a 128 KiB
+line, ...), which only the ``hostile_text`` check sends. Both files are JSON
+with every non-ASCII character escaped, so they are plain ASCII on disk.
 """
 
 from __future__ import annotations
@@ -21,15 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-OUT = (
-    Path(__file__).resolve().parents[2]
-    / "sdk"
-    / "src"
-    / "traceml_exporter_sdk"
-    / "testing"
-    / "data"
-    / "corpus.jsonl"
-)
+from traceml_exporter_sdk.testing.corpus import HOSTILE_TEXT
+
+DATA = Path(__file__).resolve().parents[2] / "sdk" / "src" / "traceml_exporter_sdk" / "testing"
+OUT = DATA / "data" / "corpus.jsonl"
+HOSTILE_OUT = DATA / "data" / "hostile.jsonl"
 
 T0 = 1_764_230_400_123_456_789  # 2025-11-27, 19 digits
 MS = 1_000_000
@@ -275,14 +276,23 @@ def payloads() -> list[list[dict[str, Any]]]:
     return [tick(rank, step) for step in range(STEPS) for rank in (0, 2, 1, 3)]
 
 
-def render() -> str:
-    return "".join(json.dumps(p, separators=(",", ":"), sort_keys=False) + "\n" for p in payloads())
+def hostile_payloads() -> list[list[dict[str, Any]]]:
+    """One message of rank 2 whose stdout lines are the hostile texts, in order."""
+    ts = T0 + STEPS * STEP_NS
+    rows = [{"line": text} for text in HOSTILE_TEXT]
+    return [[envelope(2, "Stdout/Stderr", ts, "stdout_stderr", rows)]]
+
+
+def render(messages: list[list[dict[str, Any]]] | None = None) -> str:
+    chosen = payloads() if messages is None else messages
+    return "".join(json.dumps(p, separators=(",", ":"), sort_keys=False) + "\n" for p in chosen)
 
 
 def main() -> int:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(render(), encoding="utf-8")
-    print(f"wrote {OUT} ({len(payloads())} payloads)")
+    HOSTILE_OUT.write_text(render(hostile_payloads()), encoding="ascii")
+    print(f"wrote {OUT} ({len(payloads())} payloads) and {HOSTILE_OUT}")
     return 0
 
 

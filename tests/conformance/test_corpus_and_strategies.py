@@ -10,7 +10,7 @@ from typing import Any
 
 import make_corpus
 import pytest
-from hypothesis import given, settings
+from hypothesis import find, given, settings
 from traceml_exporter_sdk import (
     ALL_STREAMS,
     RECORD_TYPE_BY_STREAM,
@@ -31,7 +31,13 @@ from traceml_exporter_sdk.testing import (
     read_jsonl_lines,
 )
 from traceml_exporter_sdk.testing import strategies as rs
-from traceml_exporter_sdk.testing.corpus import OBSERVED_BASE_NS
+from traceml_exporter_sdk.testing.corpus import (
+    HOSTILE_TEXT,
+    LONG_LINE,
+    OBSERVED_BASE_NS,
+    hostile_batches,
+    load_hostile_corpus,
+)
 
 
 def all_records() -> list[Any]:
@@ -47,6 +53,23 @@ def values(stream: str, field: str) -> list[Any]:
 
 def test_shipped_corpus_is_what_the_generator_writes() -> None:
     assert make_corpus.OUT.read_text(encoding="utf-8") == make_corpus.render()
+
+
+def test_shipped_hostile_corpus_is_what_the_generator_writes() -> None:
+    text = make_corpus.HOSTILE_OUT.read_text(encoding="utf-8")
+    assert text == make_corpus.render(make_corpus.hostile_payloads())
+    assert text.isascii()  # every hostile character is a JSON escape on disk
+
+
+def test_hostile_corpus_carries_each_hostile_text_as_one_stdout_line() -> None:
+    assert all(records_from_payload(p).skipped == 0 for p in load_hostile_corpus())
+    lines = [r.line for batch in hostile_batches() for r in batch]
+    assert lines == list(HOSTILE_TEXT)
+    joined = "".join(lines)
+    for hostile in ("\ud800", "\udfff", "\x00", "\u2028", "\u2029", "\x85", "\x1b"):
+        assert hostile in joined, repr(hostile)
+    assert len(LONG_LINE) > 128 * 1024
+    assert hostile_batches(["step_time"]) == []
 
 
 def test_corpus_is_payloads_of_envelope_lists_in_the_wire_shape() -> None:
@@ -221,6 +244,20 @@ def test_each_record_strategy_builds_its_record_class(stream: str) -> None:
 @given(rs.stdout_stderr_records())
 def test_stdout_lines_are_never_empty(record: Any) -> None:
     assert record.line != ""
+
+
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize(
+    "hostile",
+    ["\ud800", "\x00", "\u2028", "\x85", LONG_LINE],
+    ids=["lone-surrogate", "nul", "u2028", "u0085", "long-line"],
+)
+def test_strategies_carry_hostile_text(hostile: str) -> None:
+    """Property tests built on the strategies meet what the hostile_text check sends."""
+    line = find(rs.stdout_stderr_records(), lambda r: hostile in r.line).line
+    assert hostile in line
+    key = find(rs.events_maps(), lambda events: any(hostile in name for name in events))
+    assert key
 
 
 def test_records_rejects_unknown_streams() -> None:

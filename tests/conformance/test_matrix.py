@@ -79,6 +79,7 @@ MATRIX: dict[str, frozenset[str]] = {
     "broken_exporters:make_records_reordered": ids("per_stream_order"),
     "broken_exporters:make_duplicates_dropped": ids("duplicates_kept"),
     "broken_exporters:make_lossy_values": ids("values_equal_to_dict"),
+    "broken_exporters:make_hostile_text_crash": ids("hostile_text"),
     # failure behaviour
     "broken_exporters:make_leaks_on_open_failure": ids("open_failure_leaks_nothing"),
     "broken_exporters:make_swallowed_sink_error": ids("sink_failure_raised"),

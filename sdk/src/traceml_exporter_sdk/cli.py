@@ -28,7 +28,12 @@ import orjson
 
 from . import __version__
 from .context import ExporterContext
-from .factory import ExporterSettingError, check_exporter_setting
+from .factory import (
+    BUILTIN_ALIASES,
+    ExporterSettingError,
+    factory_target,
+    validate_exporter_setting,
+)
 from .feeding import Stop, feed, record_stop, shut_down
 from .streams import ALL_STREAMS, DEFAULT_EXPORT_STREAMS, EXPORT_STREAM_NAMES, parse_export_streams
 from .worker import ExportReport, ExportWorker
@@ -360,7 +365,7 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
 
 def _check_spec(spec: str) -> str:
     try:
-        return check_exporter_setting(spec)
+        return validate_exporter_setting(spec)
     except ExporterSettingError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
 
@@ -702,9 +707,9 @@ def _finish(
 
 def _import_hint(report: ExportReport, spec: str) -> str:
     """When the module was not importable but sits in the working directory, say so."""
-    if report.failure is None or report.failure.method != "factory" or ":" not in spec:
+    if report.failure is None or report.failure.method != "factory" or spec in BUILTIN_ALIASES:
         return ""
-    top = spec.split(":")[0].split(".")[0]
+    top = factory_target(spec).split(":")[0].split(".")[0]
     if "No module named" not in report.failure.error:
         return ""
     here = Path.cwd()

@@ -1,26 +1,42 @@
-"""The ``exporter`` setting: its form check and the ``module:factory`` loader."""
+"""The ``exporter`` setting: its form, the one factory resolver, and the loader.
+
+``resolve_factory`` is the only place that turns a setting into a factory
+callable (the ``jsonl`` alias, then ``module:factory`` imported, never called);
+the loader below, the conformance suite and the CLI all go through it.
+"""
 
 from __future__ import annotations
 
 import importlib
 import keyword
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 from .context import ExporterContext
 from .exporter import Exporter
 
 __all__ = [
+    "BUILTIN_ALIASES",
     "BUILTIN_EXPORTERS",
     "ExporterSettingError",
     "FactoryFailure",
+    "FactoryResolutionError",
     "call_factory",
     "check_exporter_setting",
+    "factory_target",
     "load_exporter",
+    "resolve_factory",
+    "validate_exporter_setting",
 ]
 
-BUILTIN_EXPORTERS = ("jsonl",)
+BUILTIN_ALIASES: Mapping[str, str] = MappingProxyType(
+    {"jsonl": "traceml_exporter_sdk.jsonl:make_exporter"}
+)
+"""Setting values that name a built-in exporter, and the ``module:factory`` each stands for."""
+
+BUILTIN_EXPORTERS = tuple(BUILTIN_ALIASES)
 """Setting values that name a built-in exporter instead of ``module:factory``."""
 
 ACCEPTED_FORM = (
@@ -55,8 +71,8 @@ def _is_name(part: str) -> bool:
     return part.isidentifier() and not keyword.iskeyword(part)
 
 
-def check_exporter_setting(value: object) -> str:
-    """Check the setting's form without importing anything; return it unchanged.
+def validate_exporter_setting(value: object) -> str:
+    """Validate the setting's form without importing anything; return it unchanged.
 
     Raises:
         ExporterSettingError: empty parts, not exactly one colon, whitespace,
@@ -73,6 +89,10 @@ def check_exporter_setting(value: object) -> str:
     if problem:
         raise ExporterSettingError(f"exporter setting {value!r}: {problem}; {ACCEPTED_FORM}")
     return value
+
+
+check_exporter_setting = validate_exporter_setting
+"""Deprecated alias of :func:`validate_exporter_setting` ("check" names a conformance check)."""
 
 
 def _form_problem(value: str) -> str | None:
@@ -101,6 +121,74 @@ def _form_problem(value: str) -> str | None:
     return None
 
 
+class FactoryResolutionError(Exception):
+    """``module:factory`` could not be resolved: the module or its attribute failed."""
+
+    def __init__(self, setting: str, kind: FailureKind, error: str) -> None:
+        super().__init__(error)
+        self.setting = setting
+        self.kind: FailureKind = kind
+        self.error = error
+
+    @property
+    def failure(self) -> FactoryFailure:
+        """The same problem as the loader reports it."""
+        return FactoryFailure(self.setting, self.kind, self.error)
+
+
+def factory_target(setting: str) -> str:
+    """The ``module:factory`` a valid setting stands for (a built-in alias expanded)."""
+    return BUILTIN_ALIASES.get(setting, setting)
+
+
+def resolve_factory(setting: str) -> Callable[..., object]:
+    """Validate the setting, expand a built-in alias, import the module, read the factory.
+
+    The factory is returned, never called, and may not even be callable
+    (callers decide what that means).
+
+    Raises:
+        ExporterSettingError: the setting is not of an accepted form.
+        FactoryResolutionError: importing the module or reading the attribute
+            failed (``kind`` is ``import``, ``attribute``, ``exception`` or
+            ``system_exit``), including a ``SystemExit`` raised while doing so.
+    """
+    validate_exporter_setting(setting)
+    module_name, attribute = factory_target(setting).split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except SystemExit as exc:
+        raise FactoryResolutionError(
+            setting, "system_exit", f"importing {module_name!r}: {_repr(exc)}"
+        ) from None
+    except ImportError as exc:
+        raise FactoryResolutionError(
+            setting, "import", f"cannot import {module_name!r}: {_str(exc)}"
+        ) from None
+    except KeyboardInterrupt:  # a real Ctrl-C on this (the main) thread
+        raise
+    except BaseException as exc:
+        raise FactoryResolutionError(
+            setting, "exception", f"importing {module_name!r} raised {_repr(exc)}"
+        ) from None
+    try:
+        return getattr(module, attribute)  # type: ignore[no-any-return]
+    except AttributeError:
+        raise FactoryResolutionError(
+            setting, "attribute", f"module {module_name!r} has no attribute {attribute!r}"
+        ) from None
+    except SystemExit as exc:  # a module-level __getattr__ may do anything
+        raise FactoryResolutionError(
+            setting, "system_exit", f"reading {attribute!r}: {_repr(exc)}"
+        ) from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        raise FactoryResolutionError(
+            setting, "exception", f"reading {attribute!r} raised {_repr(exc)}"
+        ) from None
+
+
 def load_exporter(setting: str, context: ExporterContext) -> Exporter | FactoryFailure:
     """Resolve the setting to an exporter on the calling thread, as TraceML's aggregator does.
 
@@ -111,43 +199,16 @@ def load_exporter(setting: str, context: ExporterContext) -> Exporter | FactoryF
     a ``FactoryFailure``; nothing escapes to the caller.
     """
     try:
-        check_exporter_setting(setting)
+        factory = resolve_factory(setting)
     except ExporterSettingError as exc:
         return FactoryFailure(str(setting), "setting", str(exc))
-    if setting == "jsonl":
-        from .jsonl import JsonlExporter
-
-        return JsonlExporter(context)
-    module_name, attribute = setting.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except SystemExit as exc:
-        return FactoryFailure(setting, "system_exit", f"importing {module_name!r}: {_repr(exc)}")
-    except ImportError as exc:
-        return FactoryFailure(setting, "import", f"cannot import {module_name!r}: {_str(exc)}")
-    except KeyboardInterrupt:  # a real Ctrl-C on this (the main) thread
-        raise
-    except BaseException as exc:
-        return FactoryFailure(
-            setting, "exception", f"importing {module_name!r} raised {_repr(exc)}"
-        )
-    try:
-        factory = getattr(module, attribute)
-    except AttributeError:
-        return FactoryFailure(
-            setting, "attribute", f"module {module_name!r} has no attribute {attribute!r}"
-        )
-    except SystemExit as exc:  # a module-level __getattr__ may do anything
-        return FactoryFailure(setting, "system_exit", f"reading {attribute!r}: {_repr(exc)}")
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:
-        return FactoryFailure(setting, "exception", f"reading {attribute!r} raised {_repr(exc)}")
+    except FactoryResolutionError as exc:
+        return exc.failure
     return call_factory(factory, context, setting)
 
 
 def call_factory(
-    factory: Callable[[ExporterContext], object], context: ExporterContext, label: str
+    factory: Callable[..., object], context: ExporterContext, label: str
 ) -> Exporter | FactoryFailure:
     """Call ``factory(context)``; any exception (but a Ctrl-C on this thread) or None
     becomes a failure, also an exception whose ``repr()`` raises."""

@@ -1,9 +1,9 @@
-"""Resolve and check the three export settings as TraceML's launcher would, before a run.
+"""Resolve and validate the three export settings as TraceML's launcher would, before a run.
 
 Each of ``exporter``, ``export_streams`` and ``exporter_hostname`` comes from
 the first place that sets it: the command-line flag, then the environment,
 then ``traceml.yaml``, then the built-in default. The exporter value's form is
-checked without importing anything.
+validated without importing anything.
 
 Environment names: the contract names ``TRACEML_EXPORTER``. The other two,
 ``TRACEML_EXPORT_STREAMS`` and ``TRACEML_EXPORTER_HOSTNAME``, are this tool's
@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .factory import ExporterSettingError, check_exporter_setting
+from .factory import ExporterSettingError, validate_exporter_setting
 from .streams import DEFAULT_EXPORT_STREAMS, parse_export_streams
 
 __all__ = [
@@ -291,7 +291,7 @@ def resolve_settings(
     config: Mapping[str, Any],
     config_path: Path | None,
 ) -> Resolution:
-    """Pick each setting from flag > environment > traceml.yaml > default, then check it.
+    """Pick each setting from flag > environment > traceml.yaml > default, then validate it.
 
     ``flags`` holds the values given on the command line (``None`` = not given).
     """
@@ -309,7 +309,7 @@ def resolve_settings(
             raw, source, origin = config[name], f"config {config_path}", "config"
         else:
             raw, source, origin = DEFAULTS[name], "default", "default"
-        resolved[name] = _bounded(_check(name, raw, source, origin))
+        resolved[name] = _bounded(_validate(name, raw, source, origin))
     return Resolution(
         exporter=resolved["exporter"],
         export_streams=resolved["export_streams"],
@@ -328,7 +328,7 @@ def _bounded(setting: ResolvedSetting) -> ResolvedSetting:
     return replace(setting, error=clip(error, 400))
 
 
-def _check(name: str, raw: object, source: str, origin: str) -> ResolvedSetting:
+def _validate(name: str, raw: object, source: str, origin: str) -> ResolvedSetting:
     if raw is NESTED:
         return ResolvedSetting(
             name,
@@ -340,7 +340,7 @@ def _check(name: str, raw: object, source: str, origin: str) -> ResolvedSetting:
         if raw is None:
             return ResolvedSetting(name, raw, source, value=None)
         try:
-            return ResolvedSetting(name, raw, source, value=check_exporter_setting(raw))
+            return ResolvedSetting(name, raw, source, value=validate_exporter_setting(raw))
         except ExporterSettingError as exc:
             return ResolvedSetting(name, raw, source, error=str(exc))
     if name == "export_streams":

@@ -72,7 +72,7 @@ def parse_export_streams(value: str | None = None) -> tuple[str, ...]:
 
 
 def validate_stream_filter(streams: Collection[str] | None) -> frozenset[str] | None:
-    """Check the ``streams`` argument of ``records_from_payload``.
+    """Validate the ``streams`` argument of ``records_from_payload``.
 
     ``None`` keeps every stream. Otherwise a non-empty collection of STREAM
     names (not a single string) is required.

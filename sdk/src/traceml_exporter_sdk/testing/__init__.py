@@ -20,14 +20,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .conformance import (
-        CHECKS,
-        Check,
-        ConformanceConfigError,
-        ExporterConformance,
-        ReadBackNotImplementedError,
-        check_names,
-    )
+    from .checks import CHECKS, check_names
+    from .conformance import ExporterConformance
     from .corpus import (
         as_foreign,
         corpus_batches,
@@ -35,12 +29,19 @@ if TYPE_CHECKING:
         foreign_class,
         load_corpus,
     )
+    from .environment import Env
+    from .errors import ConformanceConfigError, ReadBackNotImplementedError
+    from .keys import THROUGHPUT_PROPERTY
     from .readback import group_by_stream, read_jsonl, read_jsonl_lines
+    from .registry import GROUPS, Check
 
 __all__ = [
     "CHECKS",
+    "GROUPS",
+    "THROUGHPUT_PROPERTY",
     "Check",
     "ConformanceConfigError",
+    "Env",
     "ExporterConformance",
     "ReadBackNotImplementedError",
     "as_foreign",
@@ -55,24 +56,29 @@ __all__ = [
 ]
 
 _WHERE = {
-    "CHECKS": "conformance",
-    "Check": "conformance",
-    "ConformanceConfigError": "conformance",
+    "CHECKS": "checks",
+    "check_names": "checks",
     "ExporterConformance": "conformance",
-    "ReadBackNotImplementedError": "conformance",
-    "check_names": "conformance",
     "as_foreign": "corpus",
     "corpus_batches": "corpus",
     "corpus_records": "corpus",
     "foreign_class": "corpus",
     "load_corpus": "corpus",
+    "Env": "environment",
+    "ConformanceConfigError": "errors",
+    "ReadBackNotImplementedError": "errors",
+    "THROUGHPUT_PROPERTY": "keys",
     "group_by_stream": "readback",
     "read_jsonl": "readback",
     "read_jsonl_lines": "readback",
+    "GROUPS": "registry",
+    "Check": "registry",
 }
+"""Where each public name is defined; it is imported from there on first use."""
 
 
 def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first use (PEP 562)."""
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

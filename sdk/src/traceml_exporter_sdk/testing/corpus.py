@@ -9,6 +9,12 @@ events, GPU lists with two GPUs, none, or a partly unmeasured one, a rank with
 no hostname, a rank older than integer timestamps). Every record it yields is
 distinct and every stream key is unique.
 
+``load_hostile_corpus()`` and ``hostile_batches()`` are kept apart from it: one
+payload of stdout lines holding ``HOSTILE_TEXT`` (a lone surrogate, NUL and
+other control characters, U+2028, U+2029, U+0085 and a 128 KiB line), which
+the ``hostile_text`` check sends, so a sink that chokes on them fails that
+check by name rather than every check at once.
+
 ``corpus_batches()`` turns it into records, one batch per payload, with
 deterministic ``observed_timestamp_unix_ns`` stamps. ``as_foreign()`` copies
 records into classes that look like the SDK's (same name, ``STREAM``,
@@ -30,16 +36,41 @@ from ..records import RECORD_TYPE_BY_STREAM, ExportRecord, Record
 
 __all__ = [
     "CORPUS_FILE",
+    "HOSTILE_FILE",
+    "HOSTILE_TEXT",
+    "LONG_LINE",
     "OBSERVED_BASE_NS",
     "as_foreign",
     "corpus_batches",
     "corpus_records",
     "foreign_class",
+    "hostile_batches",
     "load_corpus",
+    "load_hostile_corpus",
 ]
 
 CORPUS_FILE = "data/corpus.jsonl"
 """The corpus, relative to the ``traceml_exporter_sdk.testing`` package."""
+
+HOSTILE_FILE = "data/hostile.jsonl"
+"""The hostile-text payloads, relative to the ``traceml_exporter_sdk.testing`` package."""
+
+LONG_LINE = "a 128 KiB line: " + "0123456789abcdef" * 8192
+"""A stdout line longer than the 64 KiB buffers and limits many sinks and readers assume."""
+
+HOSTILE_TEXT = (
+    "a lone high surrogate \ud800 in the middle",
+    "\udfff",
+    "NUL \x00 inside",
+    "\x00",
+    "line\u2028separator, paragraph\u2029separator",
+    "next line \x85 (U+0085), form feed \x0c, vertical tab \x0b",
+    "escape \x1b[31mred\x1b[0m, bell \x07, delete \x7f",
+    'quote " backslash \\ slash / and a \\u escape written out',
+    LONG_LINE,
+)
+"""Text that is legal in a record but breaks careless sinks (UTF-8 encoders, C strings,
+line splitters, fixed buffers); every string is a valid ``str`` and never empty."""
 
 OBSERVED_BASE_NS = 1_764_230_400_000_000_000
 """``observed_timestamp_unix_ns`` of the first payload; payload ``i`` gets base + i."""
@@ -55,6 +86,30 @@ def _corpus_text() -> str:
 def load_corpus() -> list[Any]:
     """Return the sample payloads, each a list of telemetry envelopes (a fresh copy)."""
     return [json.loads(line) for line in _corpus_text().splitlines() if line.strip()]
+
+
+@cache
+def _hostile_text() -> str:
+    return resources.files(__package__).joinpath(HOSTILE_FILE).read_text(encoding="utf-8")
+
+
+def load_hostile_corpus() -> list[Any]:
+    """Return the hostile-text payloads (stdout lines holding ``HOSTILE_TEXT``), a fresh copy."""
+    return [json.loads(line) for line in _hostile_text().split("\n") if line.strip()]
+
+
+def hostile_batches(
+    streams: Collection[str] | None = None, *, observed_base_ns: int = OBSERVED_BASE_NS
+) -> list[list[Record]]:
+    """The hostile-text payloads as records, one batch per payload (see ``corpus_batches``)."""
+    out: list[list[Record]] = []
+    for index, payload in enumerate(load_hostile_corpus()):
+        batch = records_from_payload(
+            payload, observed_timestamp_unix_ns=observed_base_ns + index, streams=streams
+        ).records
+        if batch:
+            out.append(batch)
+    return out
 
 
 def corpus_batches(

@@ -22,9 +22,15 @@ from typing import Any
 
 import pytest
 
-ENTRY_POINT_NAME = "traceml_exporter"
-THROUGHPUT_PROPERTY = "traceml_exporter_records_per_second"
-"""The ``user_properties`` key under which the throughput check reports its figure."""
+from .keys import (
+    ENTRY_POINT_NAME,
+    EXPORTER_OPTION,
+    READ_BACK_OPTION,
+    THROUGHPUT_FLOOR_PROPERTY,
+    THROUGHPUT_PROPERTY,
+)
+
+__all__ = ["ENTRY_POINT_NAME", "THROUGHPUT_PROPERTY"]
 
 _SUITE_MODULE = "traceml_exporter_conformance"
 
@@ -56,7 +62,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--traceml-exporter",
         action="store",
-        dest="traceml_exporter",
+        dest=EXPORTER_OPTION,
         default=None,
         metavar="SPEC",
         help="run the exporter conformance suite against SPEC, a 'module:factory' value "
@@ -65,7 +71,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--traceml-read-back",
         action="store",
-        dest="traceml_read_back",
+        dest=READ_BACK_OPTION,
         default=None,
         metavar="MODULE:FUNCTION",
         help="a read_back(context) function for --traceml-exporter; turns the "
@@ -74,9 +80,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    spec = config.getoption("traceml_exporter")
+    spec = config.getoption(EXPORTER_OPTION)
     if not spec:
-        if config.getoption("traceml_read_back"):
+        if config.getoption(READ_BACK_OPTION):
             raise pytest.UsageError("--traceml-read-back needs --traceml-exporter SPEC")
         return
     if config.args_source != pytest.Config.ArgsSource.ARGS:
@@ -88,12 +94,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    spec = config.getoption("traceml_exporter")
+    spec = config.getoption(EXPORTER_OPTION)
     if not spec:
         return
     from .conformance import spec_test_class
 
-    read_back = config.getoption("traceml_read_back")
+    read_back = config.getoption(READ_BACK_OPTION)
     try:
         cls = spec_test_class(spec, read_back=read_back)
     except (TypeError, ValueError) as exc:
@@ -132,7 +138,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             props = dict(getattr(report, "user_properties", ()) or ())
             if THROUGHPUT_PROPERTY in props and getattr(report, "when", "call") == "call":
                 figure = props[THROUGHPUT_PROPERTY]
-                floor = props.get("traceml_exporter_throughput_floor")
+                floor = props.get(THROUGHPUT_FLOOR_PROPERTY)
                 lines.append(f"{report.nodeid}: {figure:,.0f} records/s (floor {floor:,})")
     if lines:
         terminalreporter.section("TraceML exporter throughput")

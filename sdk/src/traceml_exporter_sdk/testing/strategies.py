@@ -11,9 +11,10 @@ several streams, for property tests of an exporter::
 
 Values follow the contract's types and edge cases: any nullable field may be
 None, numbers include 0 and 0.0, timestamps are 19-digit nanosecond integers,
-strings include unicode, ``\\n``, ``\\r`` and U+2028, stdout lines are never
-empty, events maps may be empty. Floats are finite (JSON has no NaN).
-``foreign=True`` builds TraceML-like look-alike classes instead of the SDK's
+strings include unicode, ``\\n``, ``\\r`` and U+2028, and the corpus's
+``HOSTILE_TEXT`` (a lone surrogate, NUL and other control characters, U+2029,
+U+0085, a 128 KiB line), stdout lines are never empty, events maps may be
+empty. Floats are finite (JSON has no NaN). ``foreign=True`` builds TraceML-like look-alike classes instead of the SDK's
 (see ``corpus.foreign_class``). This is the only module of the SDK that
 imports hypothesis.
 """
@@ -37,7 +38,7 @@ from ..records import (
     SystemRecord,
 )
 from ..streams import ALL_STREAMS
-from .corpus import foreign_class
+from .corpus import HOSTILE_TEXT, foreign_class
 
 __all__ = [
     "event_stats",
@@ -59,7 +60,18 @@ __all__ = [
 MIN_NS = 1_000_000_000_000_000_000  # 2001-09-09, the first 19-digit nanosecond
 MAX_NS = 9_223_372_036_854_775_807  # int64, what a nanosecond clock can hold
 
-EDGE_TEXT = ("", "0", "null", "ünïcødé 日本語 🚀", "line\nbreak", "para\u2028sep", "cr\r\nlf", "\t")
+EDGE_TEXT = (
+    "",
+    "0",
+    "null",
+    "ünïcødé 日本語 🚀",
+    "line\nbreak",
+    "para\u2028sep",
+    "cr\r\nlf",
+    "\t",
+    *HOSTILE_TEXT,
+)
+"""Strings every text strategy draws often: edge values and the corpus's hostile text."""
 
 
 def timestamps_ns() -> st.SearchStrategy[int]:
@@ -68,7 +80,11 @@ def timestamps_ns() -> st.SearchStrategy[int]:
 
 
 def texts(*, min_size: int = 0) -> st.SearchStrategy[str]:
-    """Text with unicode, line breaks (``\\n``, ``\\r``, U+2028) and tabs, no lone surrogates."""
+    """Text with unicode, line breaks (``\\n``, ``\\r``, U+2028) and tabs, and ``EDGE_TEXT``.
+
+    Generated text is valid UTF-8; lone surrogates, NUL and the 128 KiB line
+    come from the ``HOSTILE_TEXT`` edges.
+    """
     alphabet = st.characters(codec="utf-8")
     edges = st.sampled_from([t for t in EDGE_TEXT if len(t) >= min_size])
     return st.one_of(edges, st.text(alphabet, min_size=min_size, max_size=40))

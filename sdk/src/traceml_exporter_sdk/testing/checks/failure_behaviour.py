@@ -1,0 +1,170 @@
+"""Failure behaviour: a failing open leaks nothing, a broken sink is raised, no thread lingers."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from ...worker import ExportWorker
+from .._harness import WORKER_THREAD, CallLog, recording_factory
+from .._resources import Snapshot, describe_fd, describe_threads, open_fds
+from ..environment import Env, failure_hint
+from ..registry import CheckGroup
+from ._common import corpus
+
+GROUP = CheckGroup("failure_behaviour")
+
+
+@GROUP.check
+def check_open_failure_leaks_nothing(env: Env) -> None:
+    """Rule: an open that fails leaves no file descriptor and no thread behind.
+
+    The context comes from the overridable ``broken_context(context)`` hook; by
+    default export_dir is blocked by a regular file (which stops root too). The
+    check is skipped when open does not fail with that context.
+
+    Contract: "close is not called when open raised."
+    """
+    context = env.hooks.broken_context(env.context())
+    run = env.worker(context, corpus()[:3])
+    if run.failure is None:
+        pytest.skip(
+            "open() did not fail with the context from broken_context(); override "
+            "broken_context(self, context) to return a context this exporter's open rejects"
+        )
+    assert "close" not in run.log.methods()
+    threads, fds = run.before.wait_released([run.thread], grace=env.grace)
+    problems = []
+    if threads:
+        problems.append(f"thread(s) left alive: {describe_threads(threads)}")
+    if fds:
+        problems.append(f"file descriptor(s) left open: {', '.join(map(describe_fd, fds))}")
+    assert not problems, (
+        f"after {run.failure}: "
+        + "; ".join(problems)
+        + ". close is never called after a failed open, so open must clean up before it raises."
+    )
+
+
+class _SinkFailure:
+    """One run where the sink breaks for good after the first batch was flushed."""
+
+    def __init__(self, env: Env) -> None:
+        self.context = env.context()
+        self.log = CallLog(keep_records=False)
+        self.before = Snapshot.take()
+        batches = corpus()
+        worker = ExportWorker(
+            recording_factory(env.factory, self.log),
+            self.context,
+            queue_size=len(batches) + 1,
+            flush_interval_s=1e-9,
+            thread_name=WORKER_THREAD,
+        )
+        self.worker = worker
+        worker.start()
+        worker.submit_records(batches[0])
+        deadline = time.monotonic() + 30
+        while not any(c.method == "flush" and c.done for c in self.log.calls):
+            if worker.failure is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        self.early = worker.failure
+        if self.early is not None:
+            worker.shutdown(5)
+            return
+        devnull_before = _fds_on("/dev/full")
+        env.hooks.break_sink(self.context)
+        self.broken_at = time.monotonic()
+        for batch in batches[1:]:
+            worker.submit_records(batch)
+        self.report = worker.shutdown(float(env.settings.failure_timeout))
+        self.elapsed = time.monotonic() - self.broken_at
+        _neutralise(_fds_on("/dev/full") - devnull_before)
+
+    def require_healthy_start(self) -> None:
+        if self.early is not None:
+            failure = f"{self.early.method}: {self.early.error}"
+            pytest.fail(
+                f"the exporter failed before the sink was broken: {failure}{failure_hint(failure)}",
+                pytrace=False,
+            )
+
+
+def _fds_on(target: str) -> set[int]:
+    out = set()
+    for fd in open_fds():
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == target:
+                out.add(fd)
+        except OSError:
+            continue
+    return out
+
+
+def _neutralise(fds: set[int]) -> None:
+    """Point fds that break_sink aimed at /dev/full to /dev/null, so late finalizers pass."""
+    if not fds:
+        return
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in fds:
+            try:
+                os.dup2(null, fd)
+            except OSError:
+                continue
+    finally:
+        os.close(null)
+
+
+@GROUP.check
+def check_sink_failure_raised(env: Env) -> None:
+    """Rule: a permanent sink failure in write or flush is raised (after bounded retry, at
+    most ``failure_timeout`` seconds), not hidden.
+
+    After the first batch is flushed the overridable ``break_sink(context)``
+    hook breaks the sink for good; by default every descriptor open on a file
+    under session_root is pointed at /dev/full (writes fail with ENOSPC) and
+    export_dir is replaced by a regular file, which stops root too.
+
+    Contract: "A method may raise. The worker then logs the failure, stops using the
+    exporter, and records the loss in finalization_warning.json."
+    """
+    run = _SinkFailure(env)
+    run.require_healthy_start()
+    report = run.report
+    assert not report.timed_out, (
+        f"after break_sink the exporter was still busy after failure_timeout="
+        f"{env.settings.failure_timeout:g} s; retry for a bounded time, then raise"
+    )
+    assert report.failure is not None, (
+        "after break_sink every write, flush and close returned normally, so the loss was "
+        f"hidden: {run.log.describe(20)}. Let the error propagate (a bounded retry is fine). "
+        "If this exporter's sink is not a file under session_root, override break_sink(context)."
+    )
+    assert report.failure.method in ("write", "flush", "close"), report.failure
+
+
+@GROUP.check
+def check_no_non_daemon_thread_after_failure(env: Env) -> None:
+    """Rule: after a method failed, no non-daemon thread of the exporter stays alive (the
+    worker never calls close after a failure, and such a thread would hold the aggregator
+    at exit).
+
+    Contract: "The worker then logs the failure, stops using the exporter, and records the
+    loss in finalization_warning.json."
+    """
+    run = _SinkFailure(env)
+    run.require_healthy_start()
+    if run.report.failure is None:
+        pytest.skip("the exporter did not raise after break_sink (see sink_failure_raised)")
+    threads, _ = run.before.wait_released(
+        [run.worker.thread], grace=env.grace, non_daemon_only=True, fds=False
+    )
+    assert not threads, (
+        f"{env.grace:g} s after {run.report.failure.method} failed, non-daemon thread(s) are "
+        f"still alive: {describe_threads(threads)}. close is not called after a failure: make "
+        "background threads daemon threads, or stop them when a method fails."
+    )

@@ -1,0 +1,114 @@
+"""STREAM dispatch: interleaved streams, look-alike record classes, every export_streams value."""
+
+from __future__ import annotations
+
+from ...streams import EXPORT_STREAM_NAMES
+from .. import _compare as cmp
+from .._resources import tree
+from ..corpus import as_foreign, load_corpus
+from ..environment import Env
+from ..registry import CheckFunction, CheckGroup
+from ._common import corpus, merged
+
+GROUP = CheckGroup("stream_dispatch")
+
+
+@GROUP.check
+def check_interleaved_streams(env: Env) -> None:
+    """Rule: one write batch may hold every selected stream, interleaved; each record goes
+    to its own stream (with read_back: every stream reads back as many records as were
+    written to it).
+
+    Contract: "One write batch may hold several selected record types, interleaved in
+    payload order."
+    """
+    context = env.context("all")
+    batches = merged(corpus("all"), 6)
+    run = env.worker(context, batches)
+    env.assert_clean(run, "batches with interleaved streams")
+    mixed = [
+        c
+        for c in run.log.calls
+        if c.method == "write" and len({r.STREAM for r in c.records or ()}) > 1
+    ]
+    assert mixed, "no write batch held several streams (the suite's corpus should ensure it)"
+    actual = env.read_back(context)
+    if actual is not None:
+        expected = cmp.expected_by_stream(run.log.written(), context.include_hostname)
+        problems = cmp.count_problems(expected, actual)
+        assert not problems, "records of interleaved batches, per stream:\n" + "\n".join(problems)
+
+
+@GROUP.check
+def check_foreign_record_classes(env: Env) -> None:
+    """Rule: records of other classes with the same STREAM, SCHEMA_VERSION, COLUMNS, fields
+    and to_dict() are handled exactly like the SDK's; in production they are TraceML's own
+    classes, so dispatching with isinstance on SDK classes loses them.
+
+    The look-alike classes are built at runtime (``dataclasses.make_dataclass``);
+    the output for them must equal the output for the SDK's classes (with
+    read_back: record for record; without: byte for byte in size).
+
+    Contract: "An exporter that treats streams differently dispatches on record.STREAM or
+    type(record)."
+    """
+    batches = corpus("all")
+    ours = env.context("all", name="sdk-classes")
+    theirs = env.context("all", name="foreign-classes")
+    run_ours = env.worker(ours, batches)
+    env.assert_clean(run_ours, "SDK record classes")
+    run_theirs = env.worker(theirs, [as_foreign(b) for b in batches])
+    env.assert_clean(run_theirs, "look-alike record classes (not the SDK's)")
+    written = run_theirs.log.written()
+    assert written, run_theirs.log.describe()
+    assert not any(type(r).__module__.startswith("traceml_exporter_sdk") for r in written)
+    got_ours, got_theirs = env.read_back(ours), env.read_back(theirs)
+    if got_ours is not None and got_theirs is not None:
+        problems = cmp.multiset_problems(got_ours, got_theirs, drop=())
+        assert not problems, (
+            "look-alike record classes were not handled like the SDK's (left: SDK classes, "
+            "right: look-alikes); dispatch on record.STREAM, not isinstance:\n"
+            + "\n".join(problems)
+        )
+    else:
+        size_ours = sum(tree(ours.session_root).values())
+        size_theirs = sum(tree(theirs.session_root).values())
+        assert size_ours == size_theirs, (
+            f"the same records wrote {size_ours} bytes as SDK classes but {size_theirs} bytes as "
+            "look-alike classes; dispatch on record.STREAM, not isinstance (implement read_back "
+            "for a record-level comparison)"
+        )
+
+
+def _setting_check(setting: str) -> CheckFunction:
+    def check(env: Env) -> None:
+        context = env.context(setting)
+        run = env.worker(context, payloads=load_corpus())
+        env.assert_clean(run, f"export_streams={setting!r} (streams {', '.join(context.streams)})")
+        seen = {r.STREAM for r in run.log.written()}
+        assert seen, run.log.describe()
+        assert seen <= set(context.streams), f"the worker handed over {sorted(seen)}"
+        actual = env.read_back(context)
+        if actual is not None:
+            stray = {
+                s: len(rows) for s, rows in actual.items() if rows and s not in context.streams
+            }
+            assert not stray, f"records of unselected streams were read back: {stray}"
+            expected = cmp.expected_by_stream(run.log.written(), context.include_hostname)
+            problems = cmp.count_problems(expected, actual)
+            assert not problems, f"export_streams={setting!r}:\n" + "\n".join(problems)
+
+    check.__name__ = f"check_setting_{setting}"
+    check.__doc__ = f"""Rule: the exporter works with export_streams={setting!r}, whose streams
+    reach it through the worker's selection, and writes exactly those (with read_back:
+    nothing under another stream, per-stream counts equal).
+
+    The whole corpus is sent as raw payloads; the worker maps and selects them.
+
+    Contract: "The export_streams setting chooses which records reach the exporter."
+    """
+    return check
+
+
+for _setting in EXPORT_STREAM_NAMES:
+    GROUP.check(_setting_check(_setting))

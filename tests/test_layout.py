@@ -1,0 +1,177 @@
+"""The SDK's layout: no import cycle, small modules, and a pytest plugin that costs nothing.
+
+The import graph is read from the source with ``ast`` (every import, also the
+ones inside functions and ``TYPE_CHECKING`` blocks), so a cycle is caught even
+where Python would tolerate it at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "sdk" / "src"
+PACKAGE = "traceml_exporter_sdk"
+MAX_LINES = 500
+TOO_BIG_FOR_NOW = {f"{PACKAGE}.cli"}
+"""Modules allowed over MAX_LINES until they are split (the CLI becomes a package)."""
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((SRC / PACKAGE).rglob("*.py"))}
+
+
+def imported(name: str, path: Path, known: set[str]) -> Iterator[str]:
+    """The package's modules that ``name`` imports anywhere in its source."""
+    is_package = path.name == "__init__.py"
+    base = name.split(".") if is_package else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base[: len(base) - node.level + 1]
+                parent = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                parent = node.module or ""
+            # ``from pkg import sub`` imports the submodule; ``from mod import name`` the module.
+            targets = [
+                f"{parent}.{alias.name}" if f"{parent}.{alias.name}" in known else parent
+                for alias in node.names
+            ]
+        else:
+            continue
+        for target in targets:
+            if target in known and target != name:
+                yield target
+
+
+def import_graph() -> dict[str, set[str]]:
+    found = modules()
+    known = set(found)
+    return {name: set(imported(name, path, known)) for name, path in found.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path that ends where it starts, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_graph_reader_sees_relative_and_absolute_imports() -> None:
+    """Guard against a reader that finds no edges (and so no cycle, ever)."""
+    graph = import_graph()
+    assert f"{PACKAGE}.testing.keys" in graph[f"{PACKAGE}.testing.plugin"]
+    assert f"{PACKAGE}.testing.conformance" in graph[f"{PACKAGE}.testing.plugin"]
+    assert f"{PACKAGE}.testing.checks.lifecycle" in graph[f"{PACKAGE}.testing.checks"]
+    assert f"{PACKAGE}.factory" in graph[f"{PACKAGE}.worker"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_module_is_over_about_500_lines() -> None:
+    big = {
+        name: n
+        for name, path in modules().items()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert sorted(set(big) - TOO_BIG_FOR_NOW) == [], big
+
+
+PROBE = """
+import json, os, sys
+
+
+def test_probe(pytestconfig):
+    loaded = sorted(m for m in sys.modules if m == "{package}" or m.startswith("{package}."))
+    plugin = pytestconfig.pluginmanager.has_plugin("traceml_exporter")
+    with open(os.environ["PROBE_OUT"], "w") as out:
+        json.dump({{"modules": loaded, "plugin": plugin, "orjson": "orjson" in sys.modules}}, out)
+"""
+
+PLUGIN_MODULES = [
+    PACKAGE,
+    f"{PACKAGE}.testing",
+    f"{PACKAGE}.testing.keys",
+    f"{PACKAGE}.testing.plugin",
+]
+
+
+def test_the_pytest_plugin_imports_only_itself(tmp_path: Path) -> None:
+    """A pytest run with neither --traceml-exporter nor a suite class loads no SDK code."""
+    (tmp_path / "test_probe.py").write_text(PROBE.format(package=PACKAGE), encoding="utf-8")
+    out = tmp_path / "probe.json"
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env["PROBE_OUT"] = str(out)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    probe = json.loads(out.read_text(encoding="utf-8"))
+    if not probe["plugin"]:
+        pytest.skip("the SDK's pytest11 entry point is not installed in this environment")
+    assert probe["modules"] == PLUGIN_MODULES
+    assert not probe["orjson"]
+
+
+def test_the_public_names_are_still_importable_from_the_package() -> None:
+    import traceml_exporter_sdk as sdk
+    import traceml_exporter_sdk.testing as testing
+
+    for module in (sdk, testing):
+        missing = [name for name in module.__all__ if not hasattr(module, name)]
+        assert missing == [], f"{module.__name__}: {missing}"
+        assert sorted(module.__all__) == sorted(set(module.__all__))
+    assert sdk.jsonl.JsonlExporter is sdk.JsonlExporter  # submodules stay attributes
+
+
+def test_every_submodule_is_reachable_as_an_attribute() -> None:
+    import traceml_exporter_sdk as sdk
+
+    names = {name.split(".")[1] for name in modules() if name.count(".") >= 1 and "._" not in name}
+    assert names == set(sdk._SUBMODULES)
