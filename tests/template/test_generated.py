@@ -9,13 +9,16 @@ import json
 import os
 import re
 import sys
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from template_helpers import (
     DEFAULT_PACKAGE,
     ROOT,
-    SINKS,
+    SINKS_DIR,
     files_of,
     generate,
     project_env,
@@ -37,40 +40,57 @@ COMMON_FILES = [
     f"src/{DEFAULT_PACKAGE}/exporter.py",
     f"src/{DEFAULT_PACKAGE}/py.typed",
     "tests/conftest.py",
+    "tests/sink_support.py",
     "tests/test_conformance.py",
     "tests/test_exporter.py",
 ]
-RUNTIME_DEPENDENCIES = {"jsonl": ["orjson>=3.9"], "sqlite": []}
+
+
+SINK_FILES = {
+    f"src/{DEFAULT_PACKAGE}/exporter.py": "exporter.py",
+    "tests/sink_support.py": "sink_support.py",
+    "tests/test_exporter.py": "test_exporter.py",
+}
+"""Project file -> the file of the chosen sink's folder it includes."""
 
 
 def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:
     assert files_of(baked) == sorted(COMMON_FILES)
-    exporter = (baked / "src" / DEFAULT_PACKAGE / "exporter.py").read_text("utf-8")
-    others = [other for other in SINKS if other != sink]
-    assert {"jsonl": "orjson", "sqlite": "sqlite3"}[sink] in exporter
-    for other in others:
-        assert f"one {other}" not in exporter.lower()
+    for project_file, sink_file in SINK_FILES.items():
+        baked_lines = (baked / project_file).read_text("utf-8").splitlines()
+        source_lines = (SINKS_DIR / sink / sink_file).read_text("utf-8").splitlines()
+        assert len(baked_lines) == len(source_lines), project_file
+        plain = [(i, line) for i, line in enumerate(source_lines) if "{" not in line]
+        assert all(baked_lines[i] == line for i, line in plain), f"{project_file} is not {sink}'s"
 
 
-def test_every_sink_kind_has_runtime_dependencies_declared() -> None:
-    assert sorted(RUNTIME_DEPENDENCIES) == sorted(SINKS), "declare the new sink's dependencies"
-
-
-def test_runtime_needs_neither_traceml_nor_the_sdk(baked: Path, sink: str) -> None:
-    pyproject = read_toml(baked / "pyproject.toml")
-    assert pyproject["project"]["dependencies"] == RUNTIME_DEPENDENCIES[sink]
-    assert "traceml-exporter-sdk[testing]" in pyproject["dependency-groups"]["test"]
-    for path in (baked / "src").rglob("*.py"):
+def imported_modules(folder: Path) -> set[str]:
+    """Top-level names of the absolute imports in the ``.py`` files under ``folder``."""
+    names = set()
+    for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-            names = (
-                [alias.name for alias in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
-            )
-            for name in names:
-                assert not name.startswith(("traceml", "pytest")), f"{path} imports {name}"
+            if isinstance(node, ast.Import):
+                names.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_runtime_dependencies_are_exactly_what_src_imports(baked: Path) -> None:
+    """Each third-party import of the package is declared, nothing else is, and neither
+    TraceML nor the SDK is among them (the SDK is a test dependency only)."""
+    pyproject = read_toml(baked / "pyproject.toml")
+    declared = {
+        canonicalize_name(Requirement(r).name) for r in pyproject["project"]["dependencies"]
+    }
+    third_party = imported_modules(baked / "src") - set(sys.stdlib_module_names) - {DEFAULT_PACKAGE}
+    assert not {name for name in third_party if name.startswith(("traceml", "pytest"))}
+    distributions = packages_distributions()
+    missing = [name for name in sorted(third_party) if name not in distributions]
+    assert not missing, f"src imports {missing}, which no installed distribution provides"
+    imported = {canonicalize_name(d) for name in third_party for d in distributions[name]}
+    assert declared == imported, "declare in sink.jinja exactly what the exporter imports"
+    assert "traceml-exporter-sdk[testing]" in pyproject["dependency-groups"]["test"]
 
 
 def test_tests_and_conformance_suite_pass(baked: Path) -> None:
@@ -152,7 +172,7 @@ def test_license_text_and_metadata(tmp_path: Path, license_id: str, first_line: 
         assert re.search(r"Copyright \(c\) \d{4},? Ada Lovelace", text)
     pyproject = read_toml(project / "pyproject.toml")
     assert pyproject["project"]["license"] == license_id
-    assert not (project / "_licenses").exists()
+    assert [f for f in files_of(project) if "LICENSE" in f] == ["LICENSE"]
 
 
 @pytest.mark.sink_independent
@@ -229,4 +249,14 @@ def test_root_ruff_leaves_the_jinja_project_alone() -> None:
     result = run([tool("ruff"), "check", "--show-files", "."], cwd=ROOT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "{{cookiecutter.project_slug}}" not in result.stdout
+    assert str(SINKS_DIR.relative_to(ROOT)) not in result.stdout
     assert "pre_gen_project.py" in result.stdout
+
+
+def test_workflow_passes_actionlint_and_zizmor(baked: Path) -> None:
+    """The generated CI workflow (and dependabot config), checked offline."""
+    workflow = baked / ".github" / "workflows" / "ci.yml"
+    actionlint = run([tool("actionlint"), "-no-color", workflow], cwd=baked)
+    assert actionlint.returncode == 0, actionlint.stdout + actionlint.stderr
+    zizmor = run([tool("zizmor"), "--offline", "--no-progress", baked / ".github"], cwd=baked)
+    assert zizmor.returncode == 0, zizmor.stdout + zizmor.stderr

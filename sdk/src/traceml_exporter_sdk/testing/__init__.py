@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         foreign_class,
         load_corpus,
     )
+    from .expected import expected_by_stream
     from .readback import group_by_stream, read_jsonl, read_jsonl_lines
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "check_names",
     "corpus_batches",
     "corpus_records",
+    "expected_by_stream",
     "foreign_class",
     "group_by_stream",
     "load_corpus",
@@ -64,6 +66,7 @@ _WHERE = {
     "as_foreign": "corpus",
     "corpus_batches": "corpus",
     "corpus_records": "corpus",
+    "expected_by_stream": "expected",
     "foreign_class": "corpus",
     "load_corpus": "corpus",
     "group_by_stream": "readback",
