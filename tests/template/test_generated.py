@@ -159,6 +159,45 @@ def test_noxfile_has_the_sessions(baked: Path) -> None:
     assert {"lint", "typecheck", "tests"} <= sessions
 
 
+HOOKS = """
+
+def _called(name: str) -> None:
+    import os
+
+    with open(os.environ["HOOK_LOG"], "a", encoding="utf-8") as log:
+        log.write(name + "\\n")
+
+
+def broken_context(context: ExporterContext) -> ExporterContext:
+    _called("broken_context")
+    context.export_dir.parent.mkdir(parents=True, exist_ok=True)
+    context.export_dir.write_text("in the way")
+    return context
+
+
+def break_sink(context: ExporterContext) -> None:
+    _called("break_sink")
+"""
+
+
+@pytest.mark.sink_independent
+def test_the_sinks_own_hooks_replace_the_suites_defaults(tmp_path: Path) -> None:
+    """``break_sink``/``broken_context`` in ``tests/sink_support.py`` reach the suite."""
+    project = generate(tmp_path / "out")
+    support = project / "tests" / "sink_support.py"
+    support.write_text(support.read_text("utf-8") + HOOKS, "utf-8")
+    log = tmp_path / "hooks.log"
+    result = run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-k", "failure_behaviour"],
+        cwd=project,
+        env={**project_env(project), "HOOK_LOG": str(log)},
+    )
+    assert log.exists(), result.stdout[-3000:] + result.stderr[-3000:]
+    called = log.read_text("utf-8").split()
+    assert "broken_context" in called, result.stdout[-3000:]
+    assert "break_sink" in called, result.stdout[-3000:]
+
+
 @pytest.mark.sink_independent
 @pytest.mark.parametrize(
     ("license_id", "first_line"),
