@@ -69,9 +69,9 @@ def quote(name: str) -> str:
     return f'"{name}"'
 
 
-def _storable(value: Any) -> Any:
-    """``value`` as SQLite keeps it: a ``str`` that is not UTF-8 becomes its bytes."""
-    if type(value) is str and not value.isascii():
+def _text(value: str) -> str | bytes:
+    """``value`` as SQLite can keep it: a ``str`` that is not UTF-8 becomes its bytes."""
+    if not value.isascii():
         try:
             value.encode()
         except UnicodeEncodeError:  # a lone surrogate
@@ -130,7 +130,7 @@ class {{ cookiecutter.exporter_class }}:
             for record in records:
                 data = record.to_dict()
                 table = self._tables.get(record.STREAM) or self._prepare(record, data)
-                row = [_storable(value) for value in table.values(data)]
+                row = [_text(v) if type(v) is str else v for v in table.values(data)]
                 for position in table.json_positions:
                     row[position] = _to_json(row[position])
                 rows.setdefault(record.STREAM, []).append(row)
