@@ -127,7 +127,7 @@ def _install_baked(session: nox.Session, project: Path) -> None:
 @nox.session(python=TEMPLATE_PYTHON, reuse_venv=True)
 @nox.parametrize("sink", TEMPLATE_SINKS)
 def template(session: nox.Session, sink: str) -> None:
-    """Bake every sink kind against ./sdk; its tests, ruff and mypy --strict must pass."""
+    """Bake one sink kind on ./sdk: tests, ruff, mypy --strict, repo-review, actionlint, zizmor."""
     session.install(*TEMPLATE_TOOLS)
     project = _bake(session, Path(session.create_tmp()) / "template" / sink, f"sink={sink}")
     _install_baked(session, project)
