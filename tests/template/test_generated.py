@@ -282,6 +282,18 @@ def test_ci_runs_the_noxfile(baked: Path) -> None:
     assert "${{ matrix.python-version }}" in workflow
 
 
+@pytest.mark.sink_independent
+def test_root_noxfile_tests_every_supported_python() -> None:
+    """The tests run on each Python the SDK's classifiers name; the template on one."""
+    result = run([tool("nox"), "--list", "--json"], cwd=ROOT, env={**os.environ, "CI": ""})
+    assert result.returncode == 0, result.stdout + result.stderr
+    sessions = json.loads(result.stdout)
+    classifiers = read_toml(ROOT / "sdk" / "pyproject.toml")["project"]["classifiers"]
+    supported = [c.rsplit(" ", 1)[1] for c in classifiers if re.search(r":: 3\.\d+$", c)]
+    assert [s["python"] for s in sessions if s["name"] == "tests"] == supported
+    assert {s["python"] for s in sessions if s["name"] == "template"} == {supported[-1]}
+
+
 def test_root_noxfile_reads_the_sink_list_from_the_template() -> None:
     noxfile = (ROOT / "noxfile.py").read_text("utf-8")
     assert 'TEMPLATE / "cookiecutter.json"' in noxfile
