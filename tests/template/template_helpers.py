@@ -18,6 +18,8 @@ TEMPLATE = ROOT / "template"
 TEMPLATE_CONFIG: dict[str, Any] = json.loads((TEMPLATE / "cookiecutter.json").read_text("utf-8"))
 SINKS: list[str] = list(TEMPLATE_CONFIG["sink"])
 DEFAULT_SINK = SINKS[0]
+SINKS_DIR = TEMPLATE / "templates" / "sinks"
+"""One folder per sink kind, its files included by the project's (see docs/template.md)."""
 DEFAULT_SLUG = "traceml-exporter-example"
 DEFAULT_PACKAGE = "traceml_exporter_example"
 

@@ -55,12 +55,14 @@ def test_cruft_create_check_and_update(tmp_path: Path) -> None:
     assert state["directory"] == "template"
     assert state["commit"] == first
     assert "__year" in state["context"]["cookiecutter"], "the license year must stay fixed"
-    assert not (project / "_sinks").exists()
+    assert (project / "tests" / "sink_support.py").is_file()
     assert run([tool("cruft"), "check"], cwd=project, env=env).returncode == 0
 
-    readme = repo / "template" / "{{cookiecutter.project_slug}}" / "README.md"
+    # A change to a sink's own file (included into README.md) reaches the project too.
+    section = repo / "template" / "templates" / "sinks" / state["context"]["cookiecutter"]["sink"]
+    readme = section / "README.md"
     readme.write_text(readme.read_text("utf-8") + f"\n{IMPROVEMENT}\n", "utf-8")
-    git(["commit", "--quiet", "-am", "improve the README"], repo, env)
+    git(["commit", "--quiet", "-am", "improve the sink's README section"], repo, env)
     assert run([tool("cruft"), "check"], cwd=project, env=env).returncode != 0
 
     git(["init", "--quiet"], project, env)

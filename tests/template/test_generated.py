@@ -9,13 +9,16 @@ import json
 import os
 import re
 import sys
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from template_helpers import (
     DEFAULT_PACKAGE,
     ROOT,
-    SINKS,
+    SINKS_DIR,
     files_of,
     generate,
     project_env,
@@ -37,40 +40,62 @@ COMMON_FILES = [
     f"src/{DEFAULT_PACKAGE}/exporter.py",
     f"src/{DEFAULT_PACKAGE}/py.typed",
     "tests/conftest.py",
+    "tests/sink_support.py",
     "tests/test_conformance.py",
     "tests/test_exporter.py",
 ]
-RUNTIME_DEPENDENCIES = {"jsonl": ["orjson>=3.9"], "sqlite": []}
+
+
+SINK_FILES = {
+    f"src/{DEFAULT_PACKAGE}/exporter.py": "exporter.py",
+    "tests/sink_support.py": "sink_support.py",
+    "tests/test_exporter.py": "test_exporter.py",
+}
+"""Project file -> the file of the chosen sink's folder it includes."""
 
 
 def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:
     assert files_of(baked) == sorted(COMMON_FILES)
-    exporter = (baked / "src" / DEFAULT_PACKAGE / "exporter.py").read_text("utf-8")
-    others = [other for other in SINKS if other != sink]
-    assert {"jsonl": "orjson", "sqlite": "sqlite3"}[sink] in exporter
-    for other in others:
-        assert f"one {other}" not in exporter.lower()
+    for project_file, sink_file in SINK_FILES.items():
+        baked_lines = (baked / project_file).read_text("utf-8").splitlines()
+        source_lines = (SINKS_DIR / sink / sink_file).read_text("utf-8").splitlines()
+        assert len(baked_lines) == len(source_lines), project_file
+        plain = [(i, line) for i, line in enumerate(source_lines) if "{" not in line]
+        assert all(baked_lines[i] == line for i, line in plain), f"{project_file} is not {sink}'s"
 
 
-def test_every_sink_kind_has_runtime_dependencies_declared() -> None:
-    assert sorted(RUNTIME_DEPENDENCIES) == sorted(SINKS), "declare the new sink's dependencies"
-
-
-def test_runtime_needs_neither_traceml_nor_the_sdk(baked: Path, sink: str) -> None:
-    pyproject = read_toml(baked / "pyproject.toml")
-    assert pyproject["project"]["dependencies"] == RUNTIME_DEPENDENCIES[sink]
-    assert "traceml-exporter-sdk[testing]" in pyproject["dependency-groups"]["test"]
-    for path in (baked / "src").rglob("*.py"):
+def imported_modules(folder: Path) -> set[str]:
+    """Top-level names of the absolute imports in the ``.py`` files under ``folder``."""
+    names = set()
+    for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-            names = (
-                [alias.name for alias in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
-            )
-            for name in names:
-                assert not name.startswith(("traceml", "pytest")), f"{path} imports {name}"
+            if isinstance(node, ast.Import):
+                names.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_runtime_dependencies_cover_what_src_imports(baked: Path) -> None:
+    """Every third-party import of the package comes from a declared dependency, and
+    neither TraceML nor the SDK is imported or declared (the SDK is a test dependency)."""
+    pyproject = read_toml(baked / "pyproject.toml")
+    requirements = pyproject["project"]["dependencies"]
+    declared = {canonicalize_name(Requirement(r).name) for r in requirements}
+    assert not {name for name in declared if name.startswith("traceml")}
+    imported = imported_modules(baked / "src") - set(sys.stdlib_module_names) - {DEFAULT_PACKAGE}
+    assert not {name for name in imported if name.startswith(("traceml", "pytest"))}
+    providers = packages_distributions()  # top-level module -> distributions (namespaces: several)
+    undeclared = {
+        name: providers.get(name, [])
+        for name in sorted(imported)
+        if not declared & {canonicalize_name(d) for d in providers.get(name, [])}
+    }
+    assert not undeclared, (
+        f"src imports modules no declared dependency provides ({undeclared}, module: the "
+        "distributions that provide it); add one to dependencies in the sink's sink.jinja"
+    )
+    assert "traceml-exporter-sdk[testing]" in pyproject["dependency-groups"]["test"]
 
 
 def test_tests_and_conformance_suite_pass(baked: Path) -> None:
@@ -139,6 +164,45 @@ def test_noxfile_has_the_sessions(baked: Path) -> None:
     assert {"lint", "typecheck", "tests"} <= sessions
 
 
+HOOKS = """
+
+def _called(name: str) -> None:
+    import os
+
+    with open(os.environ["HOOK_LOG"], "a", encoding="utf-8") as log:
+        log.write(name + "\\n")
+
+
+def broken_context(context: ExporterContext) -> ExporterContext:
+    _called("broken_context")
+    context.export_dir.parent.mkdir(parents=True, exist_ok=True)
+    context.export_dir.write_text("in the way")
+    return context
+
+
+def break_sink(context: ExporterContext) -> None:
+    _called("break_sink")
+"""
+
+
+@pytest.mark.sink_independent
+def test_the_sinks_own_hooks_replace_the_suites_defaults(tmp_path: Path) -> None:
+    """``break_sink``/``broken_context`` in ``tests/sink_support.py`` reach the suite."""
+    project = generate(tmp_path / "out")
+    support = project / "tests" / "sink_support.py"
+    support.write_text(support.read_text("utf-8") + HOOKS, "utf-8")
+    log = tmp_path / "hooks.log"
+    result = run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-k", "failure_behaviour"],
+        cwd=project,
+        env={**project_env(project), "HOOK_LOG": str(log)},
+    )
+    assert log.exists(), result.stdout[-3000:] + result.stderr[-3000:]
+    called = log.read_text("utf-8").split()
+    assert "broken_context" in called, result.stdout[-3000:]
+    assert "break_sink" in called, result.stdout[-3000:]
+
+
 @pytest.mark.sink_independent
 @pytest.mark.parametrize(
     ("license_id", "first_line"),
@@ -152,7 +216,7 @@ def test_license_text_and_metadata(tmp_path: Path, license_id: str, first_line: 
         assert re.search(r"Copyright \(c\) \d{4},? Ada Lovelace", text)
     pyproject = read_toml(project / "pyproject.toml")
     assert pyproject["project"]["license"] == license_id
-    assert not (project / "_licenses").exists()
+    assert [f for f in files_of(project) if "LICENSE" in f] == ["LICENSE"]
 
 
 @pytest.mark.sink_independent
@@ -218,6 +282,18 @@ def test_ci_runs_the_noxfile(baked: Path) -> None:
     assert "${{ matrix.python-version }}" in workflow
 
 
+@pytest.mark.sink_independent
+def test_root_noxfile_tests_every_supported_python() -> None:
+    """The tests run on each Python the SDK's classifiers name; the template on one."""
+    result = run([tool("nox"), "--list", "--json"], cwd=ROOT, env={**os.environ, "CI": ""})
+    assert result.returncode == 0, result.stdout + result.stderr
+    sessions = json.loads(result.stdout)
+    classifiers = read_toml(ROOT / "sdk" / "pyproject.toml")["project"]["classifiers"]
+    supported = [c.rsplit(" ", 1)[1] for c in classifiers if re.search(r":: 3\.\d+$", c)]
+    assert [s["python"] for s in sessions if s["name"] == "tests"] == supported
+    assert {s["python"] for s in sessions if s["name"] == "template"} == {supported[-1]}
+
+
 def test_root_noxfile_reads_the_sink_list_from_the_template() -> None:
     noxfile = (ROOT / "noxfile.py").read_text("utf-8")
     assert 'TEMPLATE / "cookiecutter.json"' in noxfile
@@ -229,4 +305,14 @@ def test_root_ruff_leaves_the_jinja_project_alone() -> None:
     result = run([tool("ruff"), "check", "--show-files", "."], cwd=ROOT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "{{cookiecutter.project_slug}}" not in result.stdout
+    assert str(SINKS_DIR.relative_to(ROOT)) not in result.stdout
     assert "pre_gen_project.py" in result.stdout
+
+
+def test_workflow_passes_actionlint_and_zizmor(baked: Path) -> None:
+    """The generated CI workflow (and dependabot config), checked offline."""
+    workflow = baked / ".github" / "workflows" / "ci.yml"
+    actionlint = run([tool("actionlint"), "-no-color", workflow], cwd=baked)
+    assert actionlint.returncode == 0, actionlint.stdout + actionlint.stderr
+    zizmor = run([tool("zizmor"), "--offline", "--no-progress", baked / ".github"], cwd=baked)
+    assert zizmor.returncode == 0, zizmor.stdout + zizmor.stderr

@@ -13,6 +13,9 @@ from template_helpers import (
     DEFAULT_PACKAGE,
     DEFAULT_SLUG,
     ROOT,
+    SINKS,
+    SINKS_DIR,
+    TEMPLATE,
     cookiecutter,
     files_of,
     generate,
@@ -126,39 +129,55 @@ def test_interactive_from_the_repository_root(tmp_path: Path) -> None:
     assert (output / DEFAULT_SLUG / "src" / DEFAULT_PACKAGE / "exporter.py").is_file()
 
 
-def _relative_files(root: Path, *, skip: tuple[str, ...] = ()) -> set[str]:
-    return {
-        str(path.relative_to(root))
-        for path in root.rglob("*")
-        if path.is_file() and not any(part in skip for part in path.relative_to(root).parts)
+INCLUDE = re.compile(r'"sinks/" ~ cookiecutter\.sink ~ "/([^"]+)"')
+"""How a project file names a file of the chosen sink's folder."""
+
+
+def test_every_sink_has_a_complete_folder_and_every_file_is_used() -> None:
+    """One folder per sink kind in ``cookiecutter.json``; a file no project file includes
+    would be dropped silently, and a file one includes must exist for every sink."""
+    project = TEMPLATE / "{{cookiecutter.project_slug}}"
+    used = {
+        name
+        for path in project.rglob("*")
+        if path.is_file()
+        for name in INCLUDE.findall(path.read_text("utf-8"))
     }
+    assert {"exporter.py", "sink_support.py", "test_exporter.py", "sink.jinja"} <= used
+    assert sorted(p.name for p in SINKS_DIR.iterdir()) == sorted(SINKS)
+    for sink in SINKS:
+        files = {p.name for p in (SINKS_DIR / sink).iterdir() if p.name != "__pycache__"}
+        assert files == used, f"template/templates/sinks/{sink}/"
 
 
-def test_sink_files_never_overlap_the_common_files() -> None:
-    """The post-gen hook moves a sink's files over the common tree; none may collide."""
-    project = ROOT / "template" / "{{cookiecutter.project_slug}}"
-    common = _relative_files(project, skip=("_sinks", "_licenses"))
-    sinks = sorted((project / "_sinks").iterdir())
-    assert sinks
-    for sink in sinks:
-        assert common.isdisjoint(_relative_files(sink)), sink.name
+def test_there_is_no_post_generation_hook() -> None:
+    """Files are chosen by their rendered names and by includes, never moved afterwards."""
+    assert sorted(p.name for p in (TEMPLATE / "hooks").iterdir()) == ["pre_gen_project.py"]
 
 
 def test_rebaking_over_an_existing_project_with_overwrite(tmp_path: Path) -> None:
     """``cookiecutter -f`` (and ``traceml-exporter new -f``) over a baked project works."""
     from cookiecutter.main import cookiecutter as run_cookiecutter
 
-    first = generate(tmp_path / "out", author_name="First")
+    first = generate(tmp_path / "out", author_name="First", sink=SINKS[0], license="MIT")
+    files = files_of(first)
     second = run_cookiecutter(
         str(ROOT),
         no_input=True,
-        extra_context={"author_name": "Second"},
+        extra_context={"author_name": "Second", "sink": SINKS[-1], "license": "BSD-3-Clause"},
         output_dir=str(tmp_path / "out"),
         default_config=True,
         overwrite_if_exists=True,
     )
     assert Path(second) == first
+    assert files_of(first) == files, "every sink kind bakes the same file names"
     assert "Second" in (first / "pyproject.toml").read_text(encoding="utf-8")
+    assert (first / "LICENSE").read_text(encoding="utf-8").startswith("BSD 3-Clause")
+    fresh = generate(
+        tmp_path / "fresh", author_name="Second", sink=SINKS[-1], license="BSD-3-Clause"
+    )
+    for name in files:
+        assert (first / name).read_bytes() == (fresh / name).read_bytes(), name
     assert (first / "src" / DEFAULT_PACKAGE / "exporter.py").is_file()
     assert not (first / "_sinks").exists()
 
@@ -274,7 +293,10 @@ def _hook() -> dict[str, Any]:
 def _template_python() -> list[ast.Module]:
     """Every Python file of the template, parsed with its Jinja placeholders filled in."""
     trees = []
-    for path in (ROOT / "template" / "{{cookiecutter.project_slug}}").rglob("*.py"):
+    template = ROOT / "template"
+    paths = [*(template / "{{cookiecutter.project_slug}}").rglob("*.py")]
+    paths += (template / "templates").rglob("*.py")
+    for path in paths:
         text = re.sub(r"\{%.*?%\}", "", path.read_text(encoding="utf-8"))
         text = text.replace("{{ cookiecutter.exporter_class }}", "ZzExporter")
         text = text.replace("{{ cookiecutter.package_name }}", "zz_package")

@@ -3,12 +3,12 @@
 The records are the SDK's classes; tests copy them with the SDK's
 ``as_foreign`` into look-alike classes that are not the SDK's (as TraceML's own
 classes are not), to prove the exporter only relies on ``STREAM``,
-``COLUMNS``, the fields and ``to_dict()``.
+``COLUMNS``, the fields and ``to_dict()``. The sink's own fixtures (a server, a
+peer) are in ``sink_support.py``, loaded here as a plugin.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +23,18 @@ from traceml_exporter_sdk import (
     SystemRecord,
 )
 
+pytest_plugins = ["sink_support"]
+
 NS = 1_712_345_678_901_234_567
 """A 19-digit nanosecond timestamp: must come back exact, not as a float."""
 
 
-def _step(rank: int, step: int, hostname: str | None = "node-a") -> StepTimeRecord:
+def _step(
+    rank: int, step: int, hostname: str | None = "node-a", device: str = "cuda:0"
+) -> StepTimeRecord:
     events: dict[str, Any] = {
         "_traceml_internal:forward_time": {
-            "cuda:0": {
+            device: {
                 "is_gpu": True,
                 "duration_ms": 12.5,
                 "cpu_ms": 3.25,
@@ -84,20 +88,16 @@ def hostname_context(tmp_path: Path) -> ExporterContext:
     )
 
 
-ByStream = dict[str, list[dict[str, Any]]]
-
-
-def _expected(records: list[ExportRecord], include_hostname: bool) -> ByStream:
-    out: ByStream = {}
-    for record in records:
-        data = record.to_dict()
-        if not include_hostname:
-            data.pop("hostname", None)
-        out.setdefault(record.STREAM, []).append(data)
-    return out
+HOSTILE_TEXT = (
+    "a lone surrogate \udcff (a str, but not UTF-8)",
+    "NUL \x00 inside",
+    "U+2028 \u2028 and U+2029 \u2029, line separators to some readers",
+    "a very long line " + "x" * (1 << 20),
+)
 
 
 @pytest.fixture
-def expected() -> Callable[[list[ExportRecord], bool], ByStream]:
-    """``expected(records, include_hostname)``: what must be kept, per stream, in order."""
-    return _expected
+def hostile_records() -> list[ExportRecord]:
+    """Text a sink must keep exactly, in a stdout line, a hostname and an events key."""
+    lines: list[ExportRecord] = [StdoutStderrRecord(NS, 0, NS, text) for text in HOSTILE_TEXT]
+    return [*lines, _step(0, 1, hostname=HOSTILE_TEXT[0], device="\udcff\x00\u2028")]

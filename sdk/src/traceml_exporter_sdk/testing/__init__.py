@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .environment import Env
     from .errors import ConformanceConfigError, ReadBackNotImplementedError
     from .keys import THROUGHPUT_PROPERTY
+    from .expected import expected_by_stream
     from .readback import group_by_stream, read_jsonl, read_jsonl_lines
     from .registry import GROUPS, Check
 
@@ -48,6 +49,7 @@ __all__ = [
     "check_names",
     "corpus_batches",
     "corpus_records",
+    "expected_by_stream",
     "foreign_class",
     "group_by_stream",
     "load_corpus",
@@ -62,6 +64,7 @@ _WHERE = {
     "as_foreign": "corpus",
     "corpus_batches": "corpus",
     "corpus_records": "corpus",
+    "expected_by_stream": "expected",
     "foreign_class": "corpus",
     "load_corpus": "corpus",
     "Env": "environment",

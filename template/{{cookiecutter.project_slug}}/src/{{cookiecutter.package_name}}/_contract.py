@@ -1,9 +1,28 @@
-"""The parts of TraceML's export contract this exporter relies on, as protocols.
+"""TraceML's export contract as this package keeps it: the rules, and the attributes it uses.
 
-In production TraceML passes its own ``ExporterContext`` and record classes
-(from ``traceml_ai.aggregator.export``); in tests the SDK passes look-alikes.
-The exporter therefore imports neither: it depends only on the attributes
-below, so any object that has them works, whatever its class.
+The rules (``tests/test_conformance.py`` checks every one with the SDK's suite):
+
+1. ``make_exporter(context)`` runs on the aggregator's main thread and only stores
+   settings. Files, connections and clients are made in ``open()``.
+2. The export worker makes every call, on its own thread: ``open()`` once, then
+   ``write(records)`` and ``flush()`` any number of times, then ``close()`` once, never
+   overlapping. The exporter starts no thread of its own.
+3. One ``write`` batch can mix streams, in arrival order. Records are told apart by
+   ``record.STREAM`` and read only through ``COLUMNS``, their fields and ``to_dict()``:
+   TraceML's record classes are not the SDK's, so never use ``isinstance`` on them.
+4. ``hostname`` is kept only when ``context.include_hostname`` is true.
+5. ``flush()`` makes everything written so far durable: that is what TraceML counts as
+   delivered. ``close(*, dropped_batches=0)`` does the same, then releases every
+   resource. ``dropped_batches`` counts the batches the worker never handed to ``write``.
+6. Failures are raised, never swallowed. After a method raises, TraceML calls nothing
+   more on the exporter, not even ``close()``, so that method first releases every
+   resource itself. TraceML then records the loss in ``finalization_warning.json``.
+7. Every network wait has a deadline. Only transient errors are retried, for a bounded
+   time; anything permanent is raised.
+
+In production TraceML passes its own ``ExporterContext`` and record classes (from
+``traceml_ai.aggregator.export``); in tests the SDK passes look-alikes. The exporter
+imports neither: it relies only on the attributes below, whatever the class.
 """
 
 from __future__ import annotations
@@ -36,11 +55,7 @@ class ExporterContext(Protocol):
 
 
 class ExportRecord(Protocol):
-    """One export record: dispatch on ``STREAM``, read fields by ``COLUMNS`` or ``to_dict()``.
-
-    Never dispatch with ``isinstance`` on a record class: TraceML's classes are
-    not the SDK's, so such a check would drop every production record.
-    """
+    """One export record: dispatch on ``STREAM``, read fields by ``COLUMNS`` or ``to_dict()``."""
 
     STREAM: ClassVar[str]
     COLUMNS: ClassVar[tuple[str, ...]]

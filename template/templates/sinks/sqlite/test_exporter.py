@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import tempfile
-from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any, ClassVar
@@ -13,8 +12,9 @@ from typing import Any, ClassVar
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker
-from traceml_exporter_sdk.testing import as_foreign
+from sink_support import read_export
+from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker, StdoutStderrRecord
+from traceml_exporter_sdk.testing import as_foreign, expected_by_stream
 from traceml_exporter_sdk.testing.strategies import record_batches
 
 from {{ cookiecutter.package_name }}.exporter import (
@@ -24,11 +24,7 @@ from {{ cookiecutter.package_name }}.exporter import (
     {{ cookiecutter.exporter_class }},
     make_exporter,
     quote,
-    read_export,
 )
-
-ByStream = dict[str, list[dict[str, Any]]]
-Expected = Callable[[list[ExportRecord], bool], ByStream]
 
 
 def database(context: ExporterContext) -> Path:
@@ -40,13 +36,14 @@ def connect(context: ExporterContext) -> closing[sqlite3.Connection]:
     return closing(sqlite3.connect(database(context)))
 
 
-def read(context: ExporterContext) -> ByStream:
-    return {s: rows for s, rows in read_export(database(context)).items() if rows}
+def read(context: ExporterContext) -> dict[str, list[dict[str, Any]]]:
+    """The committed rows, streams with none left out."""
+    return {stream: rows for stream, rows in read_export(context).items() if rows}
 
 
 def count(context: ExporterContext, stream: str) -> int:
     """Rows of ``stream`` that another connection sees, i.e. committed ones."""
-    return len(read_export(database(context), [stream])[stream])
+    return len(read_export(context)[stream])
 
 
 def run(context: ExporterContext, *batches: list[ExportRecord], dropped: int = 0) -> None:
@@ -78,17 +75,17 @@ def test_wal_and_one_table_per_stream_from_columns(
 
 
 def test_rows_are_to_dict_without_hostname(
-    context: ExporterContext, records: list[ExportRecord], expected: Expected
+    context: ExporterContext, records: list[ExportRecord]
 ) -> None:
     run(context, records[:4], records[4:])
-    assert read(context) == expected(records, False)
+    assert read(context) == expected_by_stream(records)
 
 
 def test_hostname_kept_when_asked(
-    hostname_context: ExporterContext, records: list[ExportRecord], expected: Expected
+    hostname_context: ExporterContext, records: list[ExportRecord]
 ) -> None:
     run(hostname_context, records)
-    assert read(hostname_context) == expected(records, True)
+    assert read(hostname_context) == expected_by_stream(records, include_hostname=True)
 
 
 def test_events_are_json_text(context: ExporterContext, records: list[ExportRecord]) -> None:
@@ -96,6 +93,16 @@ def test_events_are_json_text(context: ExporterContext, records: list[ExportReco
     with connect(context) as conn:
         (text,) = conn.execute('SELECT events FROM "step_time"').fetchone()
     assert json.loads(text) == records[0].to_dict()["events"]
+
+
+def test_a_lone_surrogate_is_stored_as_a_blob(context: ExporterContext) -> None:
+    """SQLite text must be UTF-8: such a ``str`` is stored as its bytes and read back."""
+    line = "lone \udcff, NUL \x00, U+2028 \u2028"
+    run(context, [StdoutStderrRecord(1, 0, None, line), StdoutStderrRecord(2, 0, None, "ok")])
+    with connect(context) as conn:
+        stored = conn.execute('SELECT typeof(line) FROM "stdout_stderr" ORDER BY 1').fetchall()
+    assert stored == [("blob",), ("text",)]
+    assert [row["line"] for row in read(context)["stdout_stderr"]] == [line, "ok"]
 
 
 def test_records_of_other_classes_are_written_the_same(
@@ -141,7 +148,7 @@ def test_a_failure_rolls_back_to_the_last_flush_and_closes(
     with pytest.raises(RuntimeError, match="unreadable"):
         exporter.write([records[6], broken])
     assert {stream: len(rows) for stream, rows in read(context).items()} == {"step_time": 1}
-    with pytest.raises(RuntimeError, match="failed exporter"):
+    with pytest.raises(RuntimeError, match="not open"):
         exporter.close()
 
 
@@ -171,11 +178,11 @@ def test_an_older_table_is_widened(context: ExporterContext, records: list[Expor
 
 def test_calls_out_of_order_raise(context: ExporterContext, records: list[ExportRecord]) -> None:
     exporter = make_exporter(context)
-    with pytest.raises(RuntimeError, match="open"):
+    with pytest.raises(RuntimeError, match="not open"):
         exporter.write(records)
     exporter.open()
     exporter.close()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(RuntimeError, match="not open"):
         exporter.flush()
 
 
@@ -201,12 +208,7 @@ def test_driven_by_the_export_worker(context: ExporterContext, records: list[Exp
 @given(batch=record_batches(max_size=6), include_hostname=st.booleans())
 def test_any_batch_reads_back_as_written(batch: list[ExportRecord], include_hostname: bool) -> None:
     """Property test with the SDK's record strategies: what goes in comes back out."""
-    want: ByStream = {}
-    for record in batch:
-        data = record.to_dict()
-        if not include_hostname:
-            data.pop("hostname", None)
-        want.setdefault(record.STREAM, []).append(data)
+    want = expected_by_stream(batch, include_hostname=include_hostname)
     with tempfile.TemporaryDirectory() as folder:
         context = ExporterContext.create(folder, "all", exporter_hostname=include_hostname)
         run(context, batch)
