@@ -1,0 +1,85 @@
+"""Read an export back as record dicts, the way any glob reader sees it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ._arrow import JSON_ENCODING
+from ._layout import list_parts
+
+__all__ = ["read_export", "read_stream"]
+
+_ATTEMPTS = 10
+"""How often a read starts over when a compaction removed a listed file (see ``_layout``)."""
+
+
+def read_export(
+    export_dir: Path, streams: Iterable[str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """What the exporter wrote: stream -> its records as ``to_dict()``-like dicts, in order.
+
+    ``streams`` defaults to every stream folder under ``export_dir``; a stream
+    with no folder reads as an empty list.
+    """
+    if streams is None:
+        streams = sorted(p.name for p in export_dir.iterdir() if p.is_symlink() and p.is_dir())
+    return {stream: read_stream(export_dir / stream) for stream in streams}
+
+
+def read_stream(folder: Path) -> list[dict[str, Any]]:
+    """The records of one stream folder (``<export_dir>/<stream>``), in write order."""
+    for _ in range(_ATTEMPTS - 1):
+        try:
+            return _read_once(folder)
+        except FileNotFoundError:  # a compaction swapped generations between list and open
+            continue
+    return _read_once(folder)
+
+
+def _read_once(folder: Path) -> list[dict[str, Any]]:
+    if not folder.exists():
+        return []
+    out: list[dict[str, Any]] = []
+    for path in list_parts(folder):
+        table = pq.read_table(path)
+        converters = [_converter(field) for field in table.schema]
+        columns = [
+            column.to_pylist() if convert is None else [convert(v) for v in column.to_pylist()]
+            for column, convert in zip(table.columns, converters, strict=True)
+        ]
+        names = table.schema.names
+        out.extend(dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True))
+    return out
+
+
+def _converter(field: pa.Field) -> Callable[[Any], Any] | None:
+    """How a column's Python values become the record's: maps to dicts, JSON text decoded."""
+    if field.metadata == JSON_ENCODING:
+        return _from_json
+    return _map_converter(field.type)
+
+
+def _from_json(value: Any) -> Any:
+    return None if value is None else json.loads(value)
+
+
+def _map_converter(type_: pa.DataType) -> Callable[[Any], Any] | None:
+    """``to_pylist`` gives a map as a list of (key, value) pairs; this turns them into dicts."""
+    if not pa.types.is_map(type_):
+        return None
+    inner = _map_converter(type_.item_type)
+
+    def convert(value: Any) -> Any:
+        if value is None:
+            return None
+        if inner is None:
+            return dict(value)
+        return {key: inner(item) for key, item in value}
+
+    return convert
