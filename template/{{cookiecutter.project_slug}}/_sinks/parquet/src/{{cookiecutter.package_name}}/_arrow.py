@@ -32,7 +32,9 @@ __all__ = [
 
 INT_RULE = (
     "integers are int64; a value outside [-2**63, 2**63 - 1] cannot be stored "
-    "exactly, so the write raises OverflowError naming the stream and field"
+    "exactly, so storing it (at the flush, or the write that stages it) raises "
+    "OverflowError naming the stream and field: the exporter fails loudly rather "
+    "than store a wrong or null value"
 )
 TEXT_RULE = (
     "text is UTF-8; a lone surrogate (which UTF-8 cannot encode) is stored as "
@@ -144,7 +146,8 @@ def _column(
         return pa.array([_clean(v) for v in values], type=field.type)
     except OverflowError as error:
         raise OverflowError(
-            f"{where()}: {stream}.{field.name} holds an integer outside int64 ({INT_RULE}): {error}"
+            f"{where()}: {stream}.{field.name} holds an integer outside int64, which this "
+            f"exporter refuses rather than store it inexactly: {error}"
         ) from error
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
         raise ValueError(

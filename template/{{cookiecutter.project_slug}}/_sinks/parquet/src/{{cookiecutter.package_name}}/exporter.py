@@ -115,15 +115,19 @@ class {{ cookiecutter.exporter_class }}:
         self._state = "new"
 
     def open(self) -> None:
-        """Create ``export_dir``; stream folders follow with their first records."""
+        """Create ``export_dir`` and clear what a killed run left in its stream folders."""
         if self._state != "new":
             raise RuntimeError(f"open() called on a {self._state} exporter")
         self._state = "failed"  # until the folder is there
         try:
             self.export_dir.mkdir(parents=True, exist_ok=True)
+            links = [p for p in self.export_dir.iterdir() if p.is_symlink()]
         except OSError as error:
             raise SinkError(f"{self.export_dir}: {type(error).__name__}: {error}") from error
         self._run = time.time_ns()
+        for link in links:
+            if link.name.isidentifier() and (self.export_dir / f".{link.name}").is_dir():
+                StreamFolder(self.export_dir, link.name, self._run, durable=self.durable).prepare()
         self._state = "open"
 
     def write(self, records: Sequence[ExportRecord]) -> None:
