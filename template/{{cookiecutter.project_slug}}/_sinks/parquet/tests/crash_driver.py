@@ -16,8 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker
-from traceml_exporter_sdk import StepMemoryRecord, StepTimeRecord
+from traceml_exporter_sdk import (
+    ExporterContext,
+    ExportRecord,
+    ExportWorker,
+    StepMemoryRecord,
+    StepTimeRecord,
+)
 
 from {{ cookiecutter.package_name }}.exporter import {{ cookiecutter.exporter_class }}
 
@@ -58,7 +63,9 @@ def batch(start: int) -> list[Any]:
     for step in range(start, start + BATCH):
         events = {"fwd": {"cuda:0": {"is_gpu": True, "cpu_ms": step / 8, "n_calls": step}}}
         out.append(StepTimeRecord(NS, 0, 0, 0, 1, 1, 0, None, NS + step, step, step, events))  # type: ignore[arg-type]
-        out.append(StepMemoryRecord(NS, 0, 0, 0, 1, 1, 0, None, NS, step, "cuda:0", step, 1e9, None))
+        out.append(
+            StepMemoryRecord(NS, 0, 0, 0, 1, 1, 0, None, NS, step, "cuda:0", step, 1e9, None)
+        )
     return out
 
 

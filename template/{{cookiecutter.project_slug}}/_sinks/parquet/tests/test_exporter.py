@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,9 +26,9 @@ from traceml_exporter_sdk.testing import as_foreign
 from traceml_exporter_sdk.testing.strategies import record_batches
 
 from {{ cookiecutter.package_name }}._arrow import EVENTS_TYPE, FIELD_TYPES, clean_text
+from {{ cookiecutter.package_name }}._layout import SinkError
 from {{ cookiecutter.package_name }}.exporter import (
     SUMMARY_FILE,
-    SinkError,
     {{ cookiecutter.exporter_class }},
     make_exporter,
     read_export,
@@ -52,7 +52,7 @@ def everything_under(context: ExporterContext) -> list[str]:
     return sorted(str(p.relative_to(context.export_dir)) for p in context.export_dir.rglob("*"))
 
 
-def run(context: ExporterContext, *batches: list[ExportRecord], dropped: int = 0) -> None:
+def run(context: ExporterContext, *batches: Sequence[ExportRecord], dropped: int = 0) -> None:
     exporter = make_exporter(context)
     exporter.open()
     for batch in batches:
@@ -81,7 +81,8 @@ def test_one_folder_per_stream_behind_a_generation_link(
         assert link.is_symlink()
         assert os.readlink(link).startswith(f".{stream}/g")
         (name,) = visible(context, stream)
-        assert name.startswith("part-") and name.endswith(".parquet")
+        assert name.startswith("part-")
+        assert name.endswith(".parquet")
     assert not [n for n in everything_under(context) if n.endswith(".tmp")]
     assert (context.export_dir / SUMMARY_FILE).exists()
 
@@ -292,11 +293,13 @@ def test_leftovers_of_a_killed_run_are_hidden_and_removed(
     assert not [p for p in current.iterdir() if p.name.startswith(".")]
 
 
-def test_a_folder_in_the_way_is_refused(context: ExporterContext, records: list[ExportRecord]) -> None:
+def test_a_folder_in_the_way_is_refused(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
     (context.export_dir / "step_time").mkdir(parents=True)
     exporter = make_exporter(context)
     exporter.open()
-    with pytest.raises(SinkError, match="step_time.*move it aside"):
+    with pytest.raises(SinkError, match=r"step_time.*move it aside"):
         exporter.write(records[:1])
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import polars as pl
 import pytest
+from sink_support import query
 from traceml_exporter_sdk import ExporterContext, ExportWorker
 from traceml_exporter_sdk.testing import corpus_batches
 
@@ -19,7 +18,7 @@ FORWARD = "_traceml_internal:forward_time"
 
 
 @pytest.fixture(scope="module")
-def export(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, ByStream]]:
+def export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ByStream]:
     """The sample corpus, twice, through the worker: compacted parts plus a second run."""
     context = ExporterContext.create(tmp_path_factory.mktemp("readers"), export_streams="all")
     expected: ByStream = {}
@@ -39,7 +38,7 @@ def export(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, ByS
         report = worker.shutdown()
         assert report.failure is None
         assert report.failed_records == 0
-    yield context.export_dir, expected
+    return context.export_dir, expected
 
 
 def _glob(export_dir: Path, stream: str) -> str:
@@ -61,12 +60,11 @@ def test_duckdb_reads_every_stream_exactly(export: tuple[Path, ByStream]) -> Non
     export_dir, expected = export
     assert len(expected) == 7
     for stream, want in expected.items():
-        relation = duckdb.sql(
+        rows = query(
             f"SELECT * EXCLUDE (filename, file_row_number) FROM read_parquet("  # noqa: S608
             f"'{_glob(export_dir, stream)}', filename = true, file_row_number = true) "
             "ORDER BY filename, file_row_number"
         )
-        rows = [dict(zip(relation.columns, row, strict=True)) for row in relation.fetchall()]
         assert rows == want, stream
 
 
@@ -74,25 +72,37 @@ def test_duckdb_step_time_query_returns_exact_ns_and_event_values(
     export: tuple[Path, ByStream],
 ) -> None:
     export_dir, expected = export
-    rows = duckdb.sql(
-        "SELECT global_rank, step, timestamp_unix_ns, observed_timestamp_unix_ns, "  # noqa: S608
-        f"events['{FORWARD}'] AS forward FROM read_parquet('{_glob(export_dir, 'step_time')}') "
-        f"WHERE events['{FORWARD}'] IS NOT NULL "
-        "ORDER BY observed_timestamp_unix_ns, global_rank, step"
-    ).fetchall()
+    rows = [
+        tuple(row.values())
+        for row in query(
+            "SELECT global_rank, step, timestamp_unix_ns, observed_timestamp_unix_ns, "  # noqa: S608
+            f"events['{FORWARD}'] AS forward "
+            f"FROM read_parquet('{_glob(export_dir, 'step_time')}') "
+            f"WHERE events['{FORWARD}'] IS NOT NULL "
+            "ORDER BY observed_timestamp_unix_ns, global_rank, step"
+        )
+    ]
     want = sorted(
-        (r["global_rank"], r["step"], r["timestamp_unix_ns"], r["observed_timestamp_unix_ns"])
-        + (r["events"][FORWARD],)
+        (
+            r["global_rank"],
+            r["step"],
+            r["timestamp_unix_ns"],
+            r["observed_timestamp_unix_ns"],
+            r["events"][FORWARD],
+        )
         for r in expected["step_time"]
         if FORWARD in r["events"]
     )
     assert len(rows) == len(want) > 0
     assert sorted(rows, key=lambda row: row[:4]) == want
     assert all(len(str(row[2])) == 19 for row in rows if row[2] is not None)
-    (total,) = duckdb.sql(
-        f"SELECT sum(events['{FORWARD}']['cuda:0'].n_calls) "  # noqa: S608
-        f"FROM read_parquet('{_glob(export_dir, 'step_time')}')"
-    ).fetchall()[0]
+    ((total,),) = [
+        tuple(row.values())
+        for row in query(
+            f"SELECT sum(events['{FORWARD}']['cuda:0'].n_calls) "  # noqa: S608
+            f"FROM read_parquet('{_glob(export_dir, 'step_time')}')"
+        )
+    ]
     assert total == sum(
         r["events"][FORWARD]["cuda:0"]["n_calls"] or 0
         for r in expected["step_time"]

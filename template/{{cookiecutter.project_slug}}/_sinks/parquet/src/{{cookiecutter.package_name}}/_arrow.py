@@ -87,20 +87,20 @@ FIELD_TYPES: dict[str, pa.DataType] = {
 }
 """Arrow type of every field of the contract, by name (a name has one type in every stream)."""
 
-JSON_ENCODING = {b"traceml.encoding": b"json"}
+JSON_ENCODING: dict[bytes | str, bytes | str] = {b"traceml.encoding": b"json"}
 """Field metadata of a column holding JSON text (see ``UNKNOWN_FIELD_RULE``)."""
 
 
 def stream_schema(stream: str, columns: Sequence[str]) -> pa.Schema:
     """The schema of ``stream``'s files: ``columns`` in order, each with its declared type."""
-    fields = []
+    fields: list[pa.Field[Any]] = []
     for name in columns:
         declared = FIELD_TYPES.get(name)
         if declared is None:
             fields.append(pa.field(name, _TEXT, metadata=JSON_ENCODING))
         else:
             fields.append(pa.field(name, declared))
-    metadata = {b"traceml.stream": stream.encode()}
+    metadata: dict[bytes | str, bytes | str] = {b"traceml.stream": stream.encode()}
     return pa.schema(fields, metadata=metadata)
 
 
@@ -134,16 +134,22 @@ def _check_stats(stream: str, events: Sequence[Any]) -> None:
                     )
 
 
+def _array(values: Sequence[Any], type_: pa.DataType) -> pa.Array[Any]:
+    try:
+        array: pa.Array[Any] = pa.array(values, type=type_)
+    except UnicodeEncodeError:  # a lone surrogate somewhere: apply TEXT_RULE, then retry
+        array = pa.array([_clean(v) for v in values], type=type_)
+    return array
+
+
 def _column(
-    stream: str, field: pa.Field, values: Sequence[Any], where: Callable[[], str]
-) -> pa.Array:
+    stream: str, field: pa.Field[Any], values: Sequence[Any], where: Callable[[], str]
+) -> pa.Array[Any]:
     """One column as an Arrow array of its declared type; errors name what and where."""
     if field.metadata == JSON_ENCODING:
         values = [None if v is None else json.dumps(v, ensure_ascii=False) for v in values]
     try:
-        return pa.array(values, type=field.type)
-    except UnicodeEncodeError:  # a lone surrogate somewhere: apply TEXT_RULE, then retry
-        return pa.array([_clean(v) for v in values], type=field.type)
+        return _array(values, field.type)
     except OverflowError as error:
         raise OverflowError(
             f"{where()}: {stream}.{field.name} holds an integer outside int64, which this "
@@ -163,7 +169,6 @@ def to_arrow(
     if "events" in schema.names:
         _check_stats(stream, columns[schema.get_field_index("events")])
     arrays = [
-        _column(stream, field, values, where)
-        for field, values in zip(schema, columns, strict=True)
+        _column(stream, field, values, where) for field, values in zip(schema, columns, strict=True)
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

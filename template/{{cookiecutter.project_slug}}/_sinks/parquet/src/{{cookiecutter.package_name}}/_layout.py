@@ -30,6 +30,7 @@ import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,7 +38,7 @@ import pyarrow.parquet as pq
 __all__ = ["PART_GLOB", "SinkError", "StreamFolder", "list_parts"]
 
 PART_GLOB = "*.parquet"
-COMPRESSION = "zstd"
+COMPRESSION: Final = "zstd"
 ROW_GROUP_ROWS = 64 * 1024
 """Rows per row group of a compacted file, and the rows a compaction holds in memory at most."""
 BIG_FILE_ROWS = 256 * 1024

@@ -35,11 +35,18 @@ def read_export(
 def read_stream(folder: Path) -> list[dict[str, Any]]:
     """The records of one stream folder (``<export_dir>/<stream>``), in write order."""
     for _ in range(_ATTEMPTS - 1):
-        try:
-            return _read_once(folder)
-        except FileNotFoundError:  # a compaction swapped generations between list and open
-            continue
+        records = _read_or_none(folder)
+        if records is not None:
+            return records
     return _read_once(folder)
+
+
+def _read_or_none(folder: Path) -> list[dict[str, Any]] | None:
+    """One read, or None when a compaction swapped generations between list and open."""
+    try:
+        return _read_once(folder)
+    except FileNotFoundError:
+        return None
 
 
 def _read_once(folder: Path) -> list[dict[str, Any]]:
@@ -58,7 +65,7 @@ def _read_once(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _converter(field: pa.Field) -> Callable[[Any], Any] | None:
+def _converter(field: pa.Field[Any]) -> Callable[[Any], Any] | None:
     """How a column's Python values become the record's: maps to dicts, JSON text decoded."""
     if field.metadata == JSON_ENCODING:
         return _from_json

@@ -60,7 +60,6 @@ __all__ = [
     "PART_LIMIT",
     "STAGE_ROWS",
     "SUMMARY_FILE",
-    "SinkError",
     "{{ cookiecutter.exporter_class }}",
     "make_exporter",
     "read_export",
@@ -249,6 +248,4 @@ class {{ cookiecutter.exporter_class }}:
 
 def make_exporter(context: ExporterContext) -> {{ cookiecutter.exporter_class }}:
     """The factory TraceML calls as ``factory(context)`` on the aggregator's main thread."""
-    return {{ cookiecutter.exporter_class }}(
-        context.export_dir, include_hostname=context.include_hostname
-    )
+    return {{ cookiecutter.exporter_class }}(context.export_dir, include_hostname=context.include_hostname)
