@@ -245,7 +245,9 @@ def test_each_flush_adds_one_part_per_stream_and_close_compacts(context: Exporte
     (name,) = visible(context, "step_memory")
     assert name.endswith("-0000000001-0000000005.parquet")
     assert [r["step"] for r in read(context)["step_memory"]] == list(range(5))
-    assert len(list((context.export_dir / ".step_memory").iterdir())) == 1  # old generations gone
+    generations = [p.name for p in (context.export_dir / ".step_memory").iterdir()]
+    assert len(generations) == 1  # replaced generations are removed at close
+    assert os.readlink(context.export_dir / "step_memory").endswith(generations[0])
 
 
 def test_compaction_past_the_part_limit_keeps_order(context: ExporterContext) -> None:

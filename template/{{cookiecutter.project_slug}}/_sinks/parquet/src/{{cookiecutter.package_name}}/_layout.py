@@ -11,7 +11,8 @@ which ``*.parquet`` never matches), made durable, then renamed into place, so
 a reader never meets a torn file. A generation only ever gains files.
 Compaction builds the next generation beside it (the merged file, plus hard
 links to every file it leaves alone), then swaps the link with one atomic
-``rename``; the old generation is removed afterwards. A reader that lists
+``rename``. The generation replaced stays whole for ``REPLACED_GRACE_S`` (at
+close, ``CLOSE_GRACE_S``), so a reader still listing it lists all of it. A reader that lists
 ``<stream>/*.parquet`` therefore lists one generation, old or new, and sees
 every record exactly once; only a reader that listed the old generation and
 opens its files after the swap fails, loudly (file not found), and reads again.
@@ -27,6 +28,7 @@ import contextlib
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,11 @@ ROW_GROUP_ROWS = 64 * 1024
 """Rows per row group of a compacted file, and the rows a compaction holds in memory at most."""
 BIG_FILE_ROWS = 256 * 1024
 """A file with this many rows is left alone by compaction (so no file is rewritten forever)."""
+
+REPLACED_GRACE_S = 5.0
+"""A replaced generation is removed at the first flush this long after its swap."""
+CLOSE_GRACE_S = 0.05
+"""What ``close`` waits after its last swap before it removes every replaced generation."""
 
 _GENERATION = re.compile(r"^g(\d{6,})$")
 _PART = re.compile(r"^part-(\d{19})-(\d{10})-(\d{10})\.parquet$")
@@ -97,6 +104,7 @@ class StreamFolder:
         self._generation = 0
         self._seq = 0
         self._files: list[_File] = []
+        self._replaced: list[tuple[Path, float]] = []
 
     @property
     def current(self) -> Path:
@@ -189,6 +197,7 @@ class StreamFolder:
         With ``limit``, only once this run has more than ``limit`` files here;
         with None (at close) whenever two small files are neighbours.
         """
+        self.remove_replaced(REPLACED_GRACE_S)
         if limit is not None and len(self._files) <= limit:
             return
         groups: list[list[_File]] = [[]]
@@ -223,7 +232,22 @@ class StreamFolder:
         with _sink_errors(self.link):
             self._point_link()
         self._files = sorted(kept + files, key=lambda file: file.first)
-        shutil.rmtree(old, ignore_errors=True)  # invisible now; a later open() retries
+        self._replaced.append((old, time.monotonic()))
+
+    def remove_replaced(self, grace: float) -> None:
+        """Remove the generations replaced at least ``grace`` seconds ago.
+
+        A reader that opened a generation just before its swap may still be
+        listing it; removing it only later lets that listing finish whole.
+        """
+        now = time.monotonic()
+        while self._replaced and now - self._replaced[0][1] >= grace:
+            folder, _ = self._replaced.pop(0)
+            shutil.rmtree(folder, ignore_errors=True)  # invisible; the next open() retries
+
+    def last_swap_age(self) -> float | None:
+        """Seconds since the last swap whose old generation is still there, or None."""
+        return time.monotonic() - self._replaced[-1][1] if self._replaced else None
 
 
 def _row_groups(paths: list[Path]) -> Iterator[pa.Table]:

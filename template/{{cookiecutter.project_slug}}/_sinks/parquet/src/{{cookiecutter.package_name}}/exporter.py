@@ -52,7 +52,7 @@ import pyarrow as pa
 
 from ._arrow import stream_schema, to_arrow
 from ._contract import ExporterContext, ExportRecord
-from ._layout import SinkError, StreamFolder
+from ._layout import CLOSE_GRACE_S, SinkError, StreamFolder
 from ._read import read_export
 
 __all__ = [
@@ -171,11 +171,21 @@ class {{ cookiecutter.exporter_class }}:
                 self._write_part(buffer)
                 buffer.folder.compact(None, buffer.schema)
             self._write_summary(dropped_batches)
+            self._remove_replaced_generations()
         except BaseException:
             self._abort()
             raise
         self._streams.clear()
         self._state = "closed"
+
+    def _remove_replaced_generations(self) -> None:
+        """Let listings of a replaced generation finish, then remove those generations."""
+        ages = [b.folder.last_swap_age() for b in self._streams.values()]
+        youngest = min((age for age in ages if age is not None), default=None)
+        if youngest is not None and youngest < CLOSE_GRACE_S:
+            time.sleep(CLOSE_GRACE_S - youngest)
+        for buffer in self._streams.values():
+            buffer.folder.remove_replaced(0.0)
 
     def _check(self, method: str) -> None:
         if self._state != "open":
