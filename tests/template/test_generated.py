@@ -40,14 +40,27 @@ COMMON_FILES = [
     "tests/test_conformance.py",
     "tests/test_exporter.py",
 ]
-RUNTIME_DEPENDENCIES = {"jsonl": ["orjson>=3.9"], "sqlite": []}
+SINK_FILES = {
+    "parquet": [
+        f"src/{DEFAULT_PACKAGE}/_arrow.py",
+        f"src/{DEFAULT_PACKAGE}/_layout.py",
+        f"src/{DEFAULT_PACKAGE}/_read.py",
+        "tests/crash_driver.py",
+        "tests/sink_support.py",
+        "tests/test_compaction.py",
+        "tests/test_crash.py",
+        "tests/test_readers.py",
+    ],
+}
+"""Files a sink adds to the common ones."""
+RUNTIME_DEPENDENCIES = {"jsonl": ["orjson>=3.9"], "sqlite": [], "parquet": ["pyarrow>=18"]}
 
 
 def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:
-    assert files_of(baked) == sorted(COMMON_FILES)
+    assert files_of(baked) == sorted(COMMON_FILES + SINK_FILES.get(sink, []))
     exporter = (baked / "src" / DEFAULT_PACKAGE / "exporter.py").read_text("utf-8")
     others = [other for other in SINKS if other != sink]
-    assert {"jsonl": "orjson", "sqlite": "sqlite3"}[sink] in exporter
+    assert {"jsonl": "orjson", "sqlite": "sqlite3", "parquet": "pyarrow"}[sink] in exporter
     for other in others:
         assert f"one {other}" not in exporter.lower()
 
