@@ -25,7 +25,9 @@ from traceml_exporter_sdk import (
 from traceml_exporter_sdk.testing import as_foreign
 from traceml_exporter_sdk.testing.strategies import record_batches
 
-from {{ cookiecutter.package_name }}._arrow import EVENTS_TYPE, FIELD_TYPES, clean_text
+from {{ cookiecutter.package_name }}._arrow import FIELD_TYPES, dictionary_columns
+from {{ cookiecutter.package_name }}._events import EVENTS_TYPE
+from {{ cookiecutter.package_name }}._text import clean_text
 from {{ cookiecutter.package_name }}._layout import SinkError
 from {{ cookiecutter.package_name }}.exporter import (
     SUMMARY_FILE,
@@ -192,12 +194,27 @@ def test_int64_limits_and_nan_are_stored_exactly(context: ExporterContext) -> No
     assert rows[1]["peak_alloc_bytes"] == float("-inf")
 
 
-def test_an_unknown_stats_key_is_refused_not_dropped(context: ExporterContext) -> None:
-    events = {"fwd": {"cpu": {"is_gpu": False, "cpu_ms": 1.0, "new_stat": 2}}}
-    record = StepTimeRecord(NS, 0, 0, 0, 1, 1, 0, None, NS, 1, 1, events)  # type: ignore[arg-type]
+def test_an_unknown_stats_key_of_a_later_schema_is_refused_not_dropped(
+    context: ExporterContext,
+) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class LaterStep:
+        STREAM: ClassVar[str] = "step_time"
+        COLUMNS: ClassVar[tuple[str, ...]] = ("step", "events")
+        step: int
+        events: dict[str, Any]
+
+        def to_dict(self) -> dict[str, Any]:
+            return {"stream": self.STREAM, "schema_version": 2, **dataclasses.asdict(self)}
+
+    known = {"fwd": {"cpu": {"is_gpu": False, "cpu_ms": 1.0}}}
+    later: list[ExportRecord] = [LaterStep(1, known)]
+    run(context, later)
+    assert read(context)["step_time"][0]["events"]["fwd"]["cpu"]["cpu_ms"] == 1.0
+    unknown = {"fwd": {"cpu": {"is_gpu": False, "cpu_ms": 1.0, "new_stat": 2}}}
     exporter = make_exporter(context)
     exporter.open()
-    exporter.write([record])
+    exporter.write([LaterStep(2, unknown)])
     with pytest.raises(ValueError, match="new_stat"):
         exporter.flush()
 
@@ -230,6 +247,30 @@ def test_records_of_other_classes_are_written_the_same(
     run(ours, records)
     run(theirs, as_foreign(records))
     assert read(theirs) == read(ours)
+
+
+def test_sdk_and_look_alike_records_mixed_in_one_batch_keep_their_order(
+    context: ExporterContext, records: list[ExportRecord], expected: Expected
+) -> None:
+    foreign = as_foreign(records)
+    mixed = [r if i % 2 else f for i, (r, f) in enumerate(zip(records, foreign, strict=True))]
+    run(context, mixed, records)
+    assert read(context) == expected([*records, *records], False)
+
+
+def test_text_and_map_keys_are_dictionary_encoded_numbers_are_not(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    run(context, records)
+    path = next((context.export_dir / "step_time").glob("*.parquet"))
+    schema = pq.read_schema(path)
+    assert "events.key_value.key" in dictionary_columns(schema)
+    assert "stream" in dictionary_columns(schema)
+    assert "step" not in dictionary_columns(schema)
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert any("DICTIONARY" in e for e in encodings["stream"])
+    assert not any("DICTIONARY" in e for e in encodings["step"])
 
 
 def test_each_flush_adds_one_part_per_stream_and_close_compacts(context: ExporterContext) -> None:

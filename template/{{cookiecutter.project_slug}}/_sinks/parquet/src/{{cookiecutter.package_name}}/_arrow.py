@@ -11,21 +11,22 @@ type cannot hold are the module's ``TEXT_RULE``, ``INT_RULE`` and
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from ._events import CONTRACT_VERSION, EVENTS_TYPE, check_stats_keys
+from ._text import TEXT_RULE, to_array
+
 __all__ = [
-    "EVENTS_TYPE",
     "FIELD_TYPES",
     "INT_RULE",
     "JSON_ENCODING",
-    "STATS_KEYS",
-    "STATS_TYPE",
     "TEXT_RULE",
     "UNKNOWN_FIELD_RULE",
-    "clean_text",
+    "dictionary_columns",
     "stream_schema",
     "to_arrow",
 ]
@@ -36,11 +37,6 @@ INT_RULE = (
     "OverflowError naming the stream and field: the exporter fails loudly rather "
     "than store a wrong or null value"
 )
-TEXT_RULE = (
-    "text is UTF-8; a lone surrogate (which UTF-8 cannot encode) is stored as "
-    "U+FFFD, a surrogate pair given as two code points as the character it "
-    "encodes; NUL, U+2028 and every other character are stored unchanged"
-)
 UNKNOWN_FIELD_RULE = (
     "a field this exporter has no type for (a later schema_version) is stored as "
     "its JSON text in a string column marked with the field metadata "
@@ -50,19 +46,6 @@ UNKNOWN_FIELD_RULE = (
 _INT = pa.int64()
 _FLOAT = pa.float64()
 _TEXT = pa.string()
-
-STATS_KEYS = frozenset({"is_gpu", "duration_ms", "cpu_ms", "gpu_ms", "n_calls"})
-STATS_TYPE = pa.struct(
-    [
-        ("is_gpu", pa.bool_()),
-        ("duration_ms", _FLOAT),
-        ("cpu_ms", _FLOAT),
-        ("gpu_ms", _FLOAT),
-        ("n_calls", _INT),
-    ]
-)
-EVENTS_TYPE = pa.map_(_TEXT, pa.map_(_TEXT, STATS_TYPE))
-"""``events[name][device]``: a Parquet MAP of MAPs of the five stats, native to DuckDB and polars."""
 
 _INT_FIELDS = (
     "schema_version observed_timestamp_unix_ns rank global_rank local_rank world_size "
@@ -104,71 +87,81 @@ def stream_schema(stream: str, columns: Sequence[str]) -> pa.Schema:
     return pa.schema(fields, metadata=metadata)
 
 
-def clean_text(text: str) -> str:
-    """``text`` as UTF-8 can hold it, by ``TEXT_RULE``."""
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The Parquet column paths worth dictionary encoding: text, map keys included.
 
+    Numbers are left plain: measured values rarely repeat, and trying a
+    dictionary for them costs time and, after zstd, bytes.
+    """
+    out: list[str] = []
 
-def _clean(value: Any) -> Any:
-    """``value`` with ``clean_text`` applied to every string in it, map keys included."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, dict):
-        return {_clean(key): _clean(item) for key, item in value.items()}
-    return value
+    def visit(path: str, type_: pa.DataType) -> None:
+        if pa.types.is_string(type_):
+            out.append(path)
+        elif pa.types.is_map(type_):
+            visit(f"{path}.key_value.key", type_.key_type)
+            visit(f"{path}.key_value.value", type_.item_type)
+        elif pa.types.is_struct(type_):
+            for child in type_:
+                visit(f"{path}.{child.name}", child.type)
 
-
-def _check_stats(stream: str, events: Sequence[Any]) -> None:
-    """Refuse a stats map with a key the struct has no field for, rather than drop it."""
-    keys = STATS_KEYS
-    for by_name in events:
-        if not by_name:
-            continue
-        for by_device in by_name.values():
-            for stats in by_device.values():
-                if not stats.keys() <= keys:
-                    extra = sorted(set(stats) - keys)
-                    raise ValueError(
-                        f"{stream}.events has stats keys {extra}; schema_version 1 defines "
-                        f"{sorted(keys)}, and this exporter stores only those"
-                    )
-
-
-def _array(values: Sequence[Any], type_: pa.DataType) -> pa.Array[Any]:
-    try:
-        array: pa.Array[Any] = pa.array(values, type=type_)
-    except UnicodeEncodeError:  # a lone surrogate somewhere: apply TEXT_RULE, then retry
-        array = pa.array([_clean(v) for v in values], type=type_)
-    return array
+    for field in schema:
+        visit(field.name, field.type)
+    return out
 
 
 def _column(
     stream: str, field: pa.Field[Any], values: Sequence[Any], where: Callable[[], str]
 ) -> pa.Array[Any]:
     """One column as an Arrow array of its declared type; errors name what and where."""
-    if field.metadata == JSON_ENCODING:
-        values = [None if v is None else json.dumps(v, ensure_ascii=False) for v in values]
     try:
-        return _array(values, field.type)
+        if field.metadata == JSON_ENCODING:
+            values = [None if v is None else json.dumps(v, ensure_ascii=False) for v in values]
+        return to_array(values, field.type)
     except OverflowError as error:
         raise OverflowError(
             f"{where()}: {stream}.{field.name} holds an integer outside int64, which this "
             f"exporter refuses rather than store it inexactly: {error}"
         ) from error
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as error:
         raise ValueError(
             f"{where()}: {stream}.{field.name} holds a value that is not {field.type}: {error}"
         ) from error
 
 
 def to_arrow(
-    stream: str, schema: pa.Schema, rows: Sequence[Sequence[Any]], where: Callable[[], str]
+    schema: pa.Schema,
+    constants: Sequence[Any],
+    rows: Sequence[Sequence[Any]],
+    where: Callable[[], str],
 ) -> pa.RecordBatch:
-    """Rows (tuples in ``schema`` order) as one record batch; ``where()`` names the sink."""
-    columns = list(zip(*rows, strict=True))
-    if "events" in schema.names:
-        _check_stats(stream, columns[schema.get_field_index("events")])
-    arrays = [
-        _column(stream, field, values, where) for field, values in zip(schema, columns, strict=True)
+    """One record batch: ``constants`` fill the first columns, ``rows`` (tuples) the rest.
+
+    The rows go to pyarrow as one struct array, converted in C; only when that
+    fails (a lone surrogate, an integer beyond int64, a value of another type)
+    or a column holds JSON text are they converted column by column, which
+    applies ``TEXT_RULE`` or says which field is wrong.
+    """
+    fields = list(schema)
+    first = [
+        pa.repeat(pa.scalar(value, field.type), len(rows))
+        for field, value in zip(fields, constants, strict=False)
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    rest = fields[len(constants) :]
+    if constants[1] != CONTRACT_VERSION and any(field.type == EVENTS_TYPE for field in rest):
+        at = [field.type for field in rest].index(EVENTS_TYPE)
+        check_stats_keys(map(operator.itemgetter(at), rows))
+    if not any(field.metadata == JSON_ENCODING for field in rest):
+        try:
+            struct = pa.array(rows, type=pa.struct(rest))
+        except (ValueError, TypeError, OverflowError, pa.ArrowException):
+            pass  # the column-by-column conversion below says what is wrong
+        else:
+            return pa.RecordBatch.from_arrays([*first, *struct.flatten()], schema=schema)
+    stream = schema.metadata[b"traceml.stream"].decode()
+    columns = zip(*rows, strict=True) if rows else [()] * len(rest)
+    arrays = [
+        _column(stream, field, values, where)
+        for field, values in zip(rest, columns, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays([*first, *arrays], schema=schema)

@@ -37,6 +37,8 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ._arrow import dictionary_columns
+
 __all__ = ["PART_GLOB", "SinkError", "StreamFolder", "list_parts"]
 
 PART_GLOB = "*.parquet"
@@ -178,7 +180,12 @@ class StreamFolder:
         temp = folder / f".{name}.tmp"
         with _sink_errors(final):
             try:
-                with pq.ParquetWriter(temp, schema, compression=COMPRESSION) as writer:
+                with pq.ParquetWriter(
+                    temp,
+                    schema,
+                    compression=COMPRESSION,
+                    use_dictionary=dictionary_columns(schema),
+                ) as writer:
                     for table in tables:
                         writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
                 if self.durable:

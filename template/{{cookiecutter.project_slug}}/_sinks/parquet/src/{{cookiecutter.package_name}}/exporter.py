@@ -43,6 +43,7 @@ import json
 import operator
 import os
 import time
+from itertools import compress, repeat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,13 +79,18 @@ BACKLOG_BYTES = 64 << 20
 """Arrow bytes of a stream held between flushes before they are written out as a part."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Stream:
-    """The buffer of one stream: staged rows, Arrow batches, and its folder."""
+    """The buffer of one stream: staged rows, Arrow batches, and its folder.
+
+    A row is the tuple of the record's kept fields; ``stream`` and
+    ``schema_version`` are the same for the whole stream (``constants``).
+    """
 
     schema: pa.Schema
     columns: tuple[str, ...]
-    row_of: Callable[[dict[str, Any]], tuple[Any, ...]]
+    constants: tuple[str, int]
+    row_of: Callable[[Any], tuple[Any, ...]]
     folder: StreamFolder
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     batches: list[pa.RecordBatch] = field(default_factory=list)
@@ -110,6 +116,7 @@ class {{ cookiecutter.exporter_class }}:
         self.backlog_bytes = backlog_bytes
         self.durable = durable
         self._streams: dict[str, _Stream] = {}
+        self._classes: dict[type, _Stream] = {}
         self._run = 0
         self._state = "new"
 
@@ -133,13 +140,8 @@ class {{ cookiecutter.exporter_class }}:
         """Buffer the batch per stream; a stream past ``backlog_bytes`` is written out."""
         self._check("write")
         try:
-            streams = self._streams
-            for record in records:
-                buffer = streams.get(record.STREAM)
-                if buffer is None or record.COLUMNS is not buffer.columns:
-                    buffer = self._stream_for(record)
-                buffer.rows.append(buffer.row_of(record.to_dict()))
-            for buffer in streams.values():
+            self._buffer(records)
+            for buffer in self._streams.values():
                 if len(buffer.rows) >= STAGE_ROWS:
                     self._stage(buffer)
                 if buffer.batch_bytes >= self.backlog_bytes:
@@ -176,6 +178,7 @@ class {{ cookiecutter.exporter_class }}:
             self._abort()
             raise
         self._streams.clear()
+        self._classes.clear()
         self._state = "closed"
 
     def _remove_replaced_generations(self) -> None:
@@ -196,26 +199,66 @@ class {{ cookiecutter.exporter_class }}:
         """After a failure: drop every buffer (no file is open between calls)."""
         self._state = "failed"
         self._streams.clear()
+        self._classes.clear()
 
-    def _stream_for(self, record: ExportRecord) -> _Stream:
-        """The stream's buffer, made from the first record seen of it (its schema fixed then)."""
+    def _buffer(self, records: Sequence[ExportRecord]) -> None:
+        """Append each record's fields to its stream's rows, in C loops where it can.
+
+        Records are grouped by class (``type(record)``, as the contract allows),
+        each class mapped once to its stream; a batch with one class per stream
+        is appended with ``map`` per class, order kept within each stream.
+        """
+        classes = self._classes
+        kinds = list(map(type, records))
+        distinct = set(kinds)
+        for kind in distinct - classes.keys():
+            self._register(records[kinds.index(kind)])
+        if len(distinct) == 1:
+            buffer = classes[kinds[0]]
+            buffer.rows.extend(map(buffer.row_of, records))
+            return
+        buffers = [classes[kind] for kind in distinct]
+        if len(set(buffers)) == len(buffers):  # no stream has two classes in this batch
+            for kind, buffer in zip(distinct, buffers, strict=True):
+                chosen = compress(records, map(operator.is_, kinds, repeat(kind)))
+                buffer.rows.extend(map(buffer.row_of, chosen))
+            return
+        for record, kind in zip(records, kinds, strict=True):
+            buffer = classes[kind]
+            buffer.rows.append(buffer.row_of(record))
+
+    def _register(self, record: ExportRecord) -> None:
+        """Map the record's class to its stream's buffer (made by the stream's first record).
+
+        Its ``to_dict()`` gives ``schema_version``; the stream's schema is fixed then.
+        """
         stream = record.STREAM
-        existing = self._streams.get(stream)
-        if existing is not None:
-            if tuple(record.COLUMNS) != existing.columns:
-                raise ValueError(
-                    f"{self.export_dir / stream}: a {stream} record has COLUMNS "
-                    f"{record.COLUMNS}, but this run writes {existing.columns}"
-                )
-            return existing
+        data = record.to_dict()
+        version = data.get("schema_version")
+        columns = tuple(record.COLUMNS)
+        buffer = self._streams.get(stream)
+        if buffer is None:
+            buffer = self._new_stream(stream, columns, version)
+        elif (columns, version) != (buffer.columns, buffer.constants[1]):
+            raise ValueError(
+                f"{buffer.folder.link}: a {stream} record of schema_version {version} has "
+                f"COLUMNS {columns}, but this run writes schema_version "
+                f"{buffer.constants[1]} with {buffer.columns}"
+            )
+        self._classes[type(record)] = buffer
+
+    def _new_stream(self, stream: str, columns: tuple[str, ...], version: Any) -> _Stream:
         if not stream.isidentifier():
             raise ValueError(f"STREAM {stream!r} is not a plain name; refusing it as a folder")
-        columns = tuple(record.COLUMNS)
+        if type(version) is not int:
+            raise ValueError(f"a {stream} record's to_dict() has schema_version {version!r}")
         kept = [name for name in columns if self.include_hostname or name != "hostname"]
-        names = ("stream", "schema_version", *kept)
         folder = StreamFolder(self.export_dir, stream, self._run, durable=self.durable)
         folder.prepare()
-        buffer = _Stream(stream_schema(stream, names), columns, operator.itemgetter(*names), folder)
+        getter = operator.attrgetter(*kept)
+        row_of = getter if len(kept) > 1 else lambda record: (getter(record),)
+        schema = stream_schema(stream, ("stream", "schema_version", *kept))
+        buffer = _Stream(schema, columns, (stream, version), row_of, folder)
         self._streams[stream] = buffer
         return buffer
 
@@ -228,7 +271,7 @@ class {{ cookiecutter.exporter_class }}:
         def where() -> str:
             return str(folder.link)
 
-        batch = to_arrow(folder.stream, buffer.schema, buffer.rows, where)
+        batch = to_arrow(buffer.schema, buffer.constants, buffer.rows, where)
         buffer.rows.clear()
         buffer.batches.append(batch)
         buffer.batch_bytes += batch.nbytes
