@@ -27,8 +27,8 @@ from traceml_exporter_sdk.testing.strategies import record_batches
 
 from {{ cookiecutter.package_name }}._arrow import FIELD_TYPES, dictionary_columns
 from {{ cookiecutter.package_name }}._events import EVENTS_TYPE
-from {{ cookiecutter.package_name }}._text import clean_text
 from {{ cookiecutter.package_name }}._layout import SinkError
+from {{ cookiecutter.package_name }}._text import clean_text
 from {{ cookiecutter.package_name }}.exporter import (
     SUMMARY_FILE,
     {{ cookiecutter.exporter_class }},
@@ -200,6 +200,7 @@ def test_an_unknown_stats_key_of_a_later_schema_is_refused_not_dropped(
     @dataclasses.dataclass(frozen=True)
     class LaterStep:
         STREAM: ClassVar[str] = "step_time"
+        SCHEMA_VERSION: ClassVar[int] = 2
         COLUMNS: ClassVar[tuple[str, ...]] = ("step", "events")
         step: int
         events: dict[str, Any]
@@ -268,7 +269,9 @@ def test_text_and_map_keys_are_dictionary_encoded_numbers_are_not(
     assert "stream" in dictionary_columns(schema)
     assert "step" not in dictionary_columns(schema)
     meta = pq.ParquetFile(path).metadata.row_group(0)
-    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    encodings = {
+        meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)
+    }
     assert any("DICTIONARY" in e for e in encodings["stream"])
     assert not any("DICTIONARY" in e for e in encodings["step"])
 
@@ -312,6 +315,17 @@ def test_a_backlog_is_written_out_before_the_flush(context: ExporterContext) -> 
     assert len(read(context)["step_memory"]) == 20_000
     exporter.close()
     assert len(read(context)["step_memory"]) == 20_000
+
+
+def test_durable_parts_and_compaction(context: ExporterContext) -> None:
+    exporter = {{ cookiecutter.exporter_class }}(context.export_dir, part_limit=2, durable=True)
+    exporter.open()
+    for step in range(6):
+        exporter.write([memory(step)])
+        exporter.flush()
+    exporter.close()
+    assert [r["step"] for r in read(context)["step_memory"]] == list(range(6))
+    assert len(visible(context, "step_memory")) == 1
 
 
 def test_a_second_run_adds_its_files_and_keeps_the_first(

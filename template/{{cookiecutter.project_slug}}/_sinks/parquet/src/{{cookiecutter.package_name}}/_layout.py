@@ -7,8 +7,11 @@
     <export_dir>/.step_time/g000003/part-<run>-<first>-<last>.parquet
 
 A part is written under a hidden temporary name (``.part-....parquet.tmp``,
-which ``*.parquet`` never matches), made durable, then renamed into place, so
-a reader never meets a torn file. A generation only ever gains files.
+which ``*.parquet`` never matches), then renamed into place, so a reader never
+meets a torn file and a killed process (even ``kill -9``) leaves every renamed
+part whole: the page cache outlives the process. Surviving a power cut as well
+takes ``durable=True``: each file is fsynced before its rename, and its folder
+after. A generation only ever gains files.
 Compaction builds the next generation beside it (the merged file, plus hard
 links to every file it leaves alone), then swaps the link with one atomic
 ``rename``. The generation replaced stays whole for ``REPLACED_GRACE_S`` (at
@@ -37,7 +40,7 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ._arrow import dictionary_columns
+from ._arrow import dictionary_columns, statistics_columns
 
 __all__ = ["PART_GLOB", "SinkError", "StreamFolder", "list_parts"]
 
@@ -184,7 +187,8 @@ class StreamFolder:
                     temp,
                     schema,
                     compression=COMPRESSION,
-                    use_dictionary=dictionary_columns(schema),
+                    use_dictionary=dictionary_columns(schema),  # type: ignore[arg-type]
+                    write_statistics=statistics_columns(schema),
                 ) as writer:
                     for table in tables:
                         writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
