@@ -43,8 +43,10 @@ COMMON_FILES = [
 SINK_FILES = {
     "parquet": [
         f"src/{DEFAULT_PACKAGE}/_arrow.py",
+        f"src/{DEFAULT_PACKAGE}/_events.py",
         f"src/{DEFAULT_PACKAGE}/_layout.py",
         f"src/{DEFAULT_PACKAGE}/_read.py",
+        f"src/{DEFAULT_PACKAGE}/_text.py",
         "tests/crash_driver.py",
         "tests/sink_support.py",
         "tests/test_compaction.py",
