@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -285,7 +286,10 @@ def test_each_flush_adds_one_part_per_stream_and_close_compacts(context: Exporte
         assert len(visible(context, "step_memory")) == step + 1
     exporter.flush()  # nothing new: no part
     assert len(visible(context, "step_memory")) == 5
-    exporter.close()
+    exporter.close(dropped_batches=2)
+    summary = json.loads((context.export_dir / SUMMARY_FILE).read_text("utf-8"))
+    assert summary["written_records"] == {"step_memory": 5}
+    assert summary["dropped_batches"] == 2
     (name,) = visible(context, "step_memory")
     assert name.endswith("-0000000001-0000000005.parquet")
     assert [r["step"] for r in read(context)["step_memory"]] == list(range(5))
