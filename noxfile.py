@@ -87,6 +87,7 @@ def bench(session: nox.Session) -> None:
     """Throughput and memory figures against baselines measured in the same run."""
     _install_sdk(session)
     session.install("--no-deps", TRACEML_ORACLE)
+    session.install("pyarrow>=18", "cookiecutter>=2.6")  # bench_parquet bakes the parquet sink
     for script in sorted((ROOT / "tests" / "benchmarks").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)
 

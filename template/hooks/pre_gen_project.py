@@ -40,9 +40,9 @@ DEPENDENCY_MODULES = frozenset(
         "cookiecutter", "jinja2", "yaml", "msgspec",
         # the sinks' own libraries
         "psycopg", "psycopg_pool", "psycopg_binary", "pyarrow", "duckdb", "opentelemetry",
-        "google", "grpc", "httpx", "requests", "urllib3", "certifi",
+        "google", "grpc", "httpx", "requests", "urllib3", "certifi", "polars",
         # folder names a project has, where a package of that name would be confused
-        "tests", "conftest", "src",
+        "tests", "conftest", "src", "sink_support",
     }
 )  # fmt: skip
 """Import names a package may not take: the generated project, or its tests, import them."""
@@ -54,7 +54,13 @@ TEMPLATE_NAMES = frozenset(
         "Any", "ByStream", "Callable", "ClassVar", "DATABASE_FILE", "Expected", "IO",
         "Iterable", "JSON_TYPE", "Mapping", "NS", "PYPROJECT", "PYTHONS", "Path", "Protocol",
         "ROOT", "ROW_ID", "RUNS_TABLE", "Requirement", "SDK", "SDK_NAME", "SUMMARY_FILE",
-        "Sequence", "Iterator", "Final", "Literal", "TypeAlias", "Self",
+        "Sequence", "Iterator", "Final", "Literal", "TypeAlias", "Self", "HOSTILE_TEXT",
+        # the parquet sink's modules and tests
+        "BACKLOG_BYTES", "BATCH", "BIG_FILE_ROWS", "CLOSE_GRACE_S", "COMPRESSION",
+        "CONTRACT_VERSION", "DRIVER", "EVENTS_TYPE", "FIELD_TYPES", "FLUSHES", "FORWARD",
+        "INT_RULE", "JSON_ENCODING", "PART", "PART_GLOB", "PART_LIMIT", "REPLACED_GRACE_S",
+        "ROW_GROUP_ROWS", "Recording", "STAGE_ROWS", "STATS_FIELDS", "STATS_TYPE", "STREAMS",
+        "SinkError", "StreamFolder", "TEXT_RULE", "UNKNOWN_FIELD_RULE",
         # the SDK's public names, which generated tests import
         "ALL_STREAMS", "DEFAULT_EXPORT_STREAMS", "EXPORT_STREAM_NAMES", "EventStats",
         "ExportFailure", "ExportRecord", "ExportReport", "ExportWorker", "Exporter",
