@@ -10,12 +10,12 @@ Layout under ``context.export_dir`` (``<session_root>/aggregator/export``)::
 so ``read_parquet('<export_dir>/step_time/*.parquet')`` (DuckDB),
 ``pl.read_parquet`` (polars) or ``pq.read_table`` (pyarrow) read a stream as it
 is. ``<stream>`` is a link to the current generation of the stream's files (see
-``_layout``): every ``flush`` that has records of a stream adds them as one new
+``_parquet_layout``): every ``flush`` that has records of a stream adds them as one new
 part (a complete file, renamed into place), and parts are compacted at close
 and whenever a stream has more than ``part_limit`` of them, with no moment at
 which a glob reader sees a record twice or misses one.
 
-Each stream's schema is declared from the record's ``COLUMNS`` (``_arrow``),
+Each stream's schema is declared from the record's ``COLUMNS`` (``_parquet_arrow``),
 never inferred: ``stream`` and ``schema_version`` first, then the fields,
 ``hostname`` only when ``context.include_hostname``; ints as int64, floats as
 float64, None as null, ``events`` as a map of maps of the five stats.
@@ -51,8 +51,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ._parquet_arrow import stream_schema, to_arrow
 from ._contract import ExporterContext, ExportRecord
+from ._parquet_arrow import stream_schema, to_arrow
 from ._parquet_layout import CLOSE_GRACE_S, SinkError, StreamFolder
 from ._parquet_read import read_export
 

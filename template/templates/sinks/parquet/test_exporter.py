@@ -6,7 +6,7 @@ import dataclasses
 import json
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,7 +29,7 @@ from traceml_exporter_sdk.testing.strategies import record_batches
 from {{ cookiecutter.package_name }}._parquet_arrow import FIELD_TYPES, dictionary_columns
 from {{ cookiecutter.package_name }}._parquet_events import EVENTS_TYPE
 from {{ cookiecutter.package_name }}._parquet_layout import SinkError
-from {{ cookiecutter.package_name }}._parquet_text import clean_text
+from {{ cookiecutter.package_name }}._parquet_text import EXACT_TEXT, clean_text
 from {{ cookiecutter.package_name }}.exporter import (
     SUMMARY_FILE,
     {{ cookiecutter.exporter_class }},
@@ -159,16 +159,21 @@ def test_hostile_text_follows_the_documented_rule(hostname_context: ExporterCont
     batch: list[ExportRecord] = [StdoutStderrRecord(NS, 0, NS, line) for line in lines]
     run(hostname_context, [*batch, step])
     got = read(hostname_context)
-    assert [r["line"] for r in got["stdout_stderr"]] == [
-        "nul \x00 inside",
-        "sep \u2028 and \u2029",
-        "lone \ufffd surrogate",
-        "\U0001f600",
-    ]
+    assert [r["line"] for r in got["stdout_stderr"]] == [*lines[:3], "\U0001f600"]
     (row,) = got["step_time"]
-    assert row["hostname"] == "bad\ufffdhost"
-    assert list(row["events"]) == ["ev\ufffdent"]
-    assert list(row["events"]["ev\ufffdent"]) == ["cu\x00da"]
+    assert row["hostname"] == host
+    assert row["events"] == {"ev\udcffent": {"cu\x00da": {**events["ev\udcffent"]["cu\x00da"]}}}
+    on_disk = pq.read_table(hostname_context.export_dir / "stdout_stderr").to_pylist()
+    assert [r["line"] for r in on_disk][2:] == ["lone \ufffd surrogate", "\U0001f600"]
+    assert [r[EXACT_TEXT] and json.loads(r[EXACT_TEXT]) for r in on_disk] == [
+        None,
+        None,
+        {"line": lines[2]},
+        {"line": "\U0001f600"},  # json.loads joins an escaped pair
+    ]
+    (step_on_disk,) = pq.read_table(hostname_context.export_dir / "step_time").to_pylist()
+    assert step_on_disk["hostname"] == "bad\ufffdhost"
+    assert json.loads(step_on_disk[EXACT_TEXT]) == {"hostname": host, "events": events}
     assert clean_text("ok \u2028") == "ok \u2028"
 
 
