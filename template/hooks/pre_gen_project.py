@@ -57,7 +57,8 @@ TEMPLATE_NAMES = frozenset(
         "Sequence", "Iterator", "Final", "Literal", "TypeAlias", "Self", "HOSTILE_TEXT",
         # the parquet sink's modules and tests
         "BACKLOG_BYTES", "BATCH", "BIG_FILE_ROWS", "CLOSE_GRACE_S", "COMPRESSION",
-        "CONTRACT_VERSION", "DRIVER", "EVENTS_TYPE", "FIELD_TYPES", "FLUSHES", "FORWARD",
+        "CONTRACT_VERSION", "DRIVER", "EVENTS_TYPE", "EXACT_TEXT", "FIELD_TYPES", "FLUSHES",
+        "FORWARD",
         "INT_RULE", "JSON_ENCODING", "PART", "PART_GLOB", "PART_LIMIT", "REPLACED_GRACE_S",
         "ROW_GROUP_ROWS", "Recording", "STAGE_ROWS", "STATS_FIELDS", "STATS_TYPE", "STREAMS",
         "SinkError", "StreamFolder", "TEXT_RULE", "UNKNOWN_FIELD_RULE",
