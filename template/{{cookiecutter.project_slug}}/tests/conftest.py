@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+{%- if cookiecutter.sink == "postgres" %}
+from sink_support import mend_sink, postgres  # noqa: F401 - fixtures: a real server for every test
+{%- endif %}
 from traceml_exporter_sdk import (
     ExporterContext,
     ExportRecord,

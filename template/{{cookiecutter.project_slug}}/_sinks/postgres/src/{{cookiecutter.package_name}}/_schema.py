@@ -1,0 +1,365 @@
+"""Tables, column types and the value rules of the PostgreSQL exporter.
+
+Each stream's table holds the record's ``COLUMNS`` with a type that holds
+every value a record carries: integers as ``bigint`` (19-digit nanosecond
+timestamps fit up to the year 2262), measurements as ``double precision``,
+text as ``text``, the events map (and any column this version does not know)
+as ``jsonb``. Around them, sink columns: ``_row_id`` (arrival order),
+``_run_id`` and ``_session_root`` (which run wrote the row) and ``_exact``.
+
+A value its column cannot hold is stored as close as the column allows, and
+its exact value goes into ``_exact`` (``{column: exact JSON text}``), from
+which ``read_export`` restores it:
+
+* an integer outside ``bigint`` (or a non-integer in an integer column): NULL;
+* a NUL character or an unpaired surrogate in text: replaced by U+FFFD;
+* in the events map, the same for its strings, and NaN/Infinity become null;
+* an integer beyond 2**53 in a ``double precision`` column: the nearest float;
+* anything else the column cannot hold (a string in a number column): NULL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import Cursor, sql
+
+__all__ = [
+    "ROW_ID",
+    "SINK_COLUMNS",
+    "STREAM_COLUMNS",
+    "UNIQUE_VIEW_SUFFIX",
+    "Layout",
+    "column_type",
+    "ensure_table",
+    "layout_for",
+    "restore_exact",
+]
+
+ROW_ID = "_row_id"
+RUN_ID = "_run_id"
+SESSION_ROOT = "_session_root"
+EXACT = "_exact"
+SINK_COLUMNS = (ROW_ID, RUN_ID, SESSION_ROOT, EXACT)
+"""Columns the exporter adds to every stream table; never record fields."""
+
+UNIQUE_VIEW_SUFFIX = "_unique"
+"""``<stream>_unique``: one row per stream key and session (the first to arrive)."""
+
+_IDS = ("rank", "global_rank", "local_rank", "world_size", "local_world_size", "node_rank")
+_HEAD = ("observed_timestamp_unix_ns", *_IDS, "hostname")
+STREAM_COLUMNS: dict[str, tuple[str, ...]] = {
+    "step_time": (*_HEAD, "timestamp_unix_ns", "seq", "step", "events"),
+    "step_memory": (*_HEAD, "timestamp_unix_ns", "seq", "device", "step",
+                    "peak_alloc_bytes", "peak_reserved_bytes"),
+    "system": ("observed_timestamp_unix_ns", *_IDS[1:], "hostname", "timestamp_unix_ns", "seq",
+               "cpu_percent", "ram_used_bytes", "ram_total_bytes", "gpu_available", "gpu_count"),
+    "system_gpu": ("observed_timestamp_unix_ns", *_IDS[1:], "hostname", "timestamp_unix_ns",
+                   "seq", "gpu_idx", "util", "mem_used_bytes", "mem_total_bytes",
+                   "temperature_c", "power_usage_w", "power_limit_w"),
+    "process": (*_HEAD, "timestamp_unix_ns", "seq", "cpu_percent", "cpu_logical_core_count",
+                "ram_used_bytes", "ram_total_bytes", "gpu_available", "gpu_count",
+                "gpu_device_index", "gpu_mem_used_bytes", "gpu_mem_reserved_bytes",
+                "gpu_mem_total_bytes"),
+    "runtime_environment": (*_HEAD, "pid", "timestamp_unix_ns", "seq", "topology",
+                            "distributed_initialized", "distributed_backend",
+                            "training_strategy", "strategy_source", "strategy_confidence"),
+    "stdout_stderr": ("observed_timestamp_unix_ns", "rank", "timestamp_unix_ns", "line"),
+}  # fmt: skip
+"""Each stream's ``COLUMNS`` (schema version 1): the tables ``open()`` creates."""
+
+STREAM_KEYS: dict[str, tuple[str, ...]] = {
+    "step_time": ("global_rank", "step"),
+    "step_memory": ("global_rank", "device", "step"),
+    "system": ("global_rank", "seq"),
+    "system_gpu": ("global_rank", "seq", "gpu_idx"),
+    "process": ("global_rank", "seq"),
+    "runtime_environment": ("global_rank",),
+}
+"""The SDK's ``stream_key`` fields; stdout_stderr has none (its view keeps every line)."""
+
+_INTEGER = "bigint"
+_FLOAT = "double precision"
+_TEXT = "text"
+_JSON = "jsonb"
+_TYPES: dict[str, str] = {
+    **dict.fromkeys(
+        ("schema_version", "observed_timestamp_unix_ns", "timestamp_unix_ns", *_IDS, "seq",
+         "step", "gpu_idx", "gpu_available", "gpu_count", "cpu_logical_core_count",
+         "gpu_device_index", "pid", "distributed_initialized"),
+        _INTEGER,
+    ),
+    **dict.fromkeys(
+        ("peak_alloc_bytes", "peak_reserved_bytes", "cpu_percent", "ram_used_bytes",
+         "ram_total_bytes", "util", "mem_used_bytes", "mem_total_bytes", "temperature_c",
+         "power_usage_w", "power_limit_w", "gpu_mem_used_bytes", "gpu_mem_reserved_bytes",
+         "gpu_mem_total_bytes"),
+        _FLOAT,
+    ),
+    **dict.fromkeys(
+        ("hostname", "device", "topology", "distributed_backend", "training_strategy",
+         "strategy_source", "strategy_confidence", "line"),
+        _TEXT,
+    ),
+    "events": _JSON,
+}  # fmt: skip
+_SINK_TYPES = {RUN_ID: "uuid", SESSION_ROOT: _TEXT, EXACT: _JSON}
+
+_HOLDS: dict[str, frozenset[str]] = {
+    _INTEGER: frozenset({"bigint", "numeric"}),
+    _FLOAT: frozenset({"double precision"}),
+    _TEXT: frozenset({"text"}),
+    _JSON: frozenset({"jsonb"}),
+    "uuid": frozenset({"uuid"}),
+}
+"""Existing column types used as they are."""
+_WIDENS: dict[str, frozenset[str]] = {
+    _INTEGER: frozenset({"smallint", "integer"}),
+    _FLOAT: frozenset({"real", "smallint", "integer", "bigint", "numeric"}),
+    _TEXT: frozenset({"character varying", "character"}),
+    _JSON: frozenset({"json"}),
+}
+"""Existing column types widened with ``ALTER COLUMN ... TYPE`` (lossless)."""
+
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_FLOAT_EXACT = 2**53
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_DUMP = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":")
+).encode
+_DUMP_EXACT = json.JSONEncoder(separators=(",", ":"), default=repr).encode
+"""ASCII JSON with NaN tokens: holds any value as text PostgreSQL accepts."""
+
+
+def column_type(name: str) -> str:
+    """The PostgreSQL type of a record column; ``jsonb`` for a name this version does not know."""
+    return _TYPES.get(name, _JSON)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How one stream's records become COPY rows."""
+
+    stream: str
+    record_columns: tuple[str, ...]
+    columns: tuple[str, ...]
+    """``_run_id``, ``_session_root``, ``schema_version``, the COLUMNS, ``_exact``: COPY order."""
+    values: Callable[[dict[str, Any]], tuple[Any, ...]]
+    integers: tuple[int, ...]
+    floats: tuple[int, ...]
+    texts: tuple[int, ...]
+    jsons: tuple[int, ...]
+
+    def row(self, data: dict[str, Any], prefix: tuple[str, str]) -> tuple[Any, ...]:
+        """The COPY row of one record's ``to_dict()``, following the module's value rules."""
+        values = list(self.values(data))
+        exact: dict[str, str] | None = None
+        for i in self.integers:
+            value = values[i]
+            if value is not None and (type(value) is not int or not _INT_MIN <= value <= _INT_MAX):
+                exact = self._keep(exact, i, value)
+                values[i] = None
+        for i in self.floats:
+            value = values[i]
+            if value is not None and type(value) is not float:
+                if type(value) is int and -_FLOAT_EXACT <= value <= _FLOAT_EXACT:
+                    continue
+                exact = self._keep(exact, i, value)
+                values[i] = float(value) if type(value) is int else None
+        for i in self.texts:
+            value = values[i]
+            if value is not None and (
+                type(value) is not str
+                or "\x00" in value
+                or (not value.isascii() and _SURROGATE.search(value) is not None)
+            ):
+                exact = self._keep(exact, i, value)
+                values[i] = _clean_text(value) if isinstance(value, str) else None
+        for i in self.jsons:
+            value = values[i]
+            if value is not None:
+                text = _storable_json(value)
+                if text is None:
+                    exact = self._keep(exact, i, value)
+                    text = _DUMP(_clean_json(value))
+                values[i] = text
+        return (*prefix, *values, None if exact is None else _DUMP_EXACT(exact))
+
+    def _keep(self, exact: dict[str, str] | None, i: int, value: Any) -> dict[str, str]:
+        exact = {} if exact is None else exact
+        exact[self.columns[i + 2]] = _DUMP_EXACT(value)
+        return exact
+
+
+def layout_for(stream: str, record_columns: Sequence[str], *, include_hostname: bool) -> Layout:
+    """The COPY layout of a stream whose records have these ``COLUMNS``.
+
+    Without ``include_hostname`` the ``hostname`` column is left out of the COPY (NULL).
+    """
+    fields = (
+        "schema_version",
+        *(name for name in record_columns if include_hostname or name != "hostname"),
+    )
+    kinds = [column_type(name) for name in fields]
+    return Layout(
+        stream=stream,
+        record_columns=tuple(record_columns),
+        columns=(RUN_ID, SESSION_ROOT, *fields, EXACT),
+        values=operator.itemgetter(*fields),  # at least two names: always a tuple
+        integers=tuple(i for i, kind in enumerate(kinds) if kind == _INTEGER),
+        floats=tuple(i for i, kind in enumerate(kinds) if kind == _FLOAT),
+        texts=tuple(i for i, kind in enumerate(kinds) if kind == _TEXT),
+        jsons=tuple(i for i, kind in enumerate(kinds) if kind == _JSON),
+    )
+
+
+def restore_exact(row: dict[str, Any], exact: dict[str, str] | None) -> dict[str, Any]:
+    """Put the exact values kept in ``_exact`` back into a row read from a table."""
+    if exact:
+        for name, text in exact.items():
+            row[name] = json.loads(text)
+    return row
+
+
+def _storable_json(value: Any) -> str | None:
+    """JSON text ``jsonb`` accepts as it is, or None (NaN, NUL, unpaired surrogate)."""
+    try:
+        text = _DUMP(value)
+    except (ValueError, TypeError):
+        return None
+    if "\\u0000" in text or (not text.isascii() and _SURROGATE.search(text) is not None):
+        return None
+    return text
+
+
+def _clean_text(value: str) -> str:
+    return _SURROGATE.sub("\ufffd", value.replace("\x00", "\ufffd"))
+
+
+def _clean_json(value: Any) -> Any:
+    """``value`` with its strings cleaned and NaN/Infinity (or anything not JSON) as None."""
+    if isinstance(value, str):
+        return _clean_text(value)
+    if isinstance(value, dict):
+        return {_clean_text(str(k)): _clean_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return None
+
+
+# -- DDL ---------------------------------------------------------------------------------
+
+
+def _table_sql(schema: str, name: str) -> sql.Composed:
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+
+
+def ensure_table(cur: Cursor[Any], schema: str, stream: str, record_columns: Sequence[str]) -> None:
+    """Create the stream's table (and its unique-rows view), or reuse and widen an older one.
+
+    Never drops a table. A missing column is added; a narrower type is widened
+    losslessly (the view is made again around it); a column whose type cannot
+    hold the values raises ``psycopg.errors.DatatypeMismatch``, a permanent error.
+    """
+    table = _table_sql(schema, stream)
+    wanted = {**_SINK_TYPES, **{name: column_type(name) for name in ("schema_version", *record_columns)}}
+    found = dict(
+        cur.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s",
+            (schema, stream),
+        ).fetchall()
+    )
+    view_changed = False
+    if not found:
+        columns = [
+            sql.SQL("{} bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY").format(
+                sql.Identifier(ROW_ID)
+            ),
+            *(
+                sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(kind))
+                for name, kind in wanted.items()
+                if name != EXACT
+            ),
+            sql.SQL("{} jsonb").format(sql.Identifier(EXACT)),
+        ]
+        cur.execute(sql.SQL("CREATE TABLE {} ({})").format(table, sql.SQL(", ").join(columns)))
+        view_changed = True
+    else:
+        if ROW_ID not in found:
+            cur.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN {} bigint GENERATED ALWAYS AS IDENTITY").format(
+                    table, sql.Identifier(ROW_ID)
+                )
+            )
+        for name, kind in wanted.items():
+            have = found.get(name)
+            if have is None:
+                cur.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                        table, sql.Identifier(name), sql.SQL(kind)
+                    )
+                )
+                view_changed = True
+            elif have not in _HOLDS[kind]:
+                _widen(cur, schema, stream, name, have, kind)
+                view_changed = True
+    if view_changed or not _view_exists(cur, schema, stream):
+        _make_view(cur, schema, stream, set(found) | set(wanted))
+
+
+def _widen(cur: Cursor[Any], schema: str, stream: str, name: str, have: str, kind: str) -> None:
+    if have not in _WIDENS.get(kind, frozenset()):
+        from psycopg.errors import DatatypeMismatch
+
+        raise DatatypeMismatch(
+            f"column {schema}.{stream}.{name} is {have}, which cannot hold {kind} values and "
+            f"cannot be widened to it; alter or rename that table (the exporter never drops one)"
+        )
+    view = _table_sql(schema, stream + UNIQUE_VIEW_SUFFIX)
+    cur.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(view))
+    cur.execute(
+        sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {} USING {}::{}").format(
+            _table_sql(schema, stream),
+            sql.Identifier(name),
+            sql.SQL(kind),
+            sql.Identifier(name),
+            sql.SQL(kind),
+        )
+    )
+
+
+def _view_exists(cur: Cursor[Any], schema: str, stream: str) -> bool:
+    return (
+        cur.execute(
+            "SELECT 1 FROM pg_views WHERE schemaname = %s AND viewname = %s",
+            (schema, stream + UNIQUE_VIEW_SUFFIX),
+        ).fetchone()
+        is not None
+    )
+
+
+def _make_view(cur: Cursor[Any], schema: str, stream: str, columns: set[str]) -> None:
+    """``<stream>_unique``: the first row of each (session, stream key); every line of stdout."""
+    key = STREAM_KEYS.get(stream)
+    table = _table_sql(schema, stream)
+    view = _table_sql(schema, stream + UNIQUE_VIEW_SUFFIX)
+    if key and set(key) <= columns:
+        by = [sql.Identifier(SESSION_ROOT), *map(sql.Identifier, key)]
+        query = sql.SQL("SELECT DISTINCT ON ({}) * FROM {} ORDER BY {}, {}").format(
+            sql.SQL(", ").join(by), table, sql.SQL(", ").join(by), sql.Identifier(ROW_ID)
+        )
+    else:
+        query = sql.SQL("SELECT * FROM {}").format(table)
+    cur.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(view))
+    cur.execute(sql.SQL("CREATE VIEW {} AS {}").format(view, query))
