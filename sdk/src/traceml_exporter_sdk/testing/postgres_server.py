@@ -30,7 +30,10 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from psycopg.sql import Composable
 
 __all__ = [
     "HOW_TO_GET_A_SERVER",
@@ -113,32 +116,33 @@ class PostgresServer:
         values["PGDATABASE"] = dbname or self.dbname
         return {key: str(value) for key, value in values.items() if value is not None}
 
-    def execute(self, sql: str, params: Sequence[Any] = (), *, dbname: str | None = None) -> Any:
+    def execute(
+        self, query: str | Composable, params: Sequence[Any] = (), *, dbname: str | None = None
+    ) -> list[tuple[Any, ...]] | None:
         """Run one statement in autocommit as the superuser; return its rows (or None)."""
         import psycopg
 
         overrides = {"dbname": dbname} if dbname else {}
         with psycopg.connect(**self.conninfo_kwargs(autocommit=True, **overrides)) as conn:
-            cursor = conn.execute(sql, params)  # type: ignore[arg-type]
+            cursor = conn.execute(query, params)  # type: ignore[arg-type]  # a str, not LiteralString
             return cursor.fetchall() if cursor.description else None
 
     def terminate(self, application_name: str, *, timeout: float = 10.0) -> int:
         """Kill every backend whose ``application_name`` is this; wait until they are gone."""
-        rows = self.execute(
+        killed = self._count(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
             "WHERE application_name = %s AND pid <> pg_backend_pid()",
-            (application_name,),
+            application_name,
         )
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            (left,) = self.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-                (application_name,),
-            )[0]
-            if left == 0:
-                break
+        query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        while self._count(query, application_name) and time.monotonic() < deadline:
             time.sleep(0.05)
-        return int(rows[0][0])
+        return killed
+
+    def _count(self, query: str, *params: Any) -> int:
+        rows = self.execute(query, params)
+        return int(rows[0][0]) if rows else 0
 
     def stop(self, *, timeout: float = 30.0) -> None:
         """Stop a throwaway cluster (fast shutdown, then immediate); bounded by ``timeout``."""
@@ -181,7 +185,8 @@ class PostgresServer:
         return self._pg_ctl("status", timeout=10).returncode == 0
 
     def _pg_ctl(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-        assert self._bindir is not None and self._data is not None
+        if self._bindir is None or self._data is None:
+            raise PostgresUnavailableError("this server has no cluster of its own to control")
         return _run([str(self._bindir / "pg_ctl"), "-D", str(self._data), *args],
                     user=self._run_as, timeout=timeout)  # fmt: skip
 

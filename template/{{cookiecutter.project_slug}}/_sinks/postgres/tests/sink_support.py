@@ -41,13 +41,13 @@ class Database:
     name: str
 
     def execute(self, query: str | sql.Composable, params: tuple[Any, ...] = ()) -> Any:
-        """One statement in the test database, as the server's superuser; rows or None."""
-        return self.server.execute(query, params, dbname=self.name)  # type: ignore[arg-type]
+        """One statement in the test database, as the server's superuser; its rows (or None)."""
+        return self.server.execute(query, params, dbname=self.name)
 
     def refuse_connections(self, refuse: bool = True) -> None:
         """Let no new connection into the test database (or let them in again)."""
         self.server.execute(
-            sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(  # type: ignore[arg-type]
+            sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
                 sql.Identifier(self.name), sql.SQL("false" if refuse else "true")
             )
         )
@@ -77,7 +77,7 @@ def postgres() -> Iterator[Database]:
     """A fresh database on a real server, with ``PG*`` pointing at it for the whole session."""
     for server in _start():
         name = f"traceml_test_{os.getpid()}_{secrets.token_hex(3)}"
-        server.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))  # type: ignore[arg-type]
+        server.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         saved = {key: os.environ.get(key) for key in (*server.env(name), CONNINFO_ENV)}
         os.environ.update(server.env(name))
         os.environ.pop(CONNINFO_ENV, None)
@@ -92,7 +92,7 @@ def postgres() -> Iterator[Database]:
                 else:
                     os.environ[key] = value
             server.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))  # type: ignore[arg-type]
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
 
 

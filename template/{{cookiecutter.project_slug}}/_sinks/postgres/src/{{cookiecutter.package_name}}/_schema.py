@@ -14,6 +14,8 @@ which ``read_export`` restores it:
 * an integer outside ``bigint`` (or a non-integer in an integer column): NULL;
 * a NUL character or an unpaired surrogate in text: replaced by U+FFFD;
 * in the events map, the same for its strings, and NaN/Infinity become null;
+  a float of 1e16 or more is kept as the number jsonb makes of it, which reads
+  back as an integer of the same value (so its exact form goes to ``_exact``);
 * an integer beyond 2**53 in a ``double precision`` column: the nearest float;
 * anything else the column cannot hold (a string in a number column): NULL.
 """
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from psycopg import Cursor, sql
+from psycopg.errors import DatatypeMismatch
 
 __all__ = [
     "ROW_ID",
@@ -130,6 +133,7 @@ _WIDENS: dict[str, frozenset[str]] = {
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _FLOAT_EXACT = 2**53
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_BIG_FLOAT = re.compile(r"\de\+")
 _DUMP = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":")
 ).encode
@@ -235,6 +239,8 @@ def _storable_json(value: Any) -> str | None:
         return None
     if "\\u0000" in text or (not text.isascii() and _SURROGATE.search(text) is not None):
         return None
+    if "e+" in text and _BIG_FLOAT.search(text) is not None:
+        return None  # jsonb would give 1e+16 back as the integer 10000000000000000
     return text
 
 
@@ -272,7 +278,10 @@ def ensure_table(cur: Cursor[Any], schema: str, stream: str, record_columns: Seq
     hold the values raises ``psycopg.errors.DatatypeMismatch``, a permanent error.
     """
     table = _table_sql(schema, stream)
-    wanted = {**_SINK_TYPES, **{name: column_type(name) for name in ("schema_version", *record_columns)}}
+    wanted = {
+        **_SINK_TYPES,
+        **{name: column_type(name) for name in ("schema_version", *record_columns)},
+    }
     found = dict(
         cur.execute(
             "SELECT column_name, data_type FROM information_schema.columns "
@@ -312,16 +321,16 @@ def ensure_table(cur: Cursor[Any], schema: str, stream: str, record_columns: Seq
                 )
                 view_changed = True
             elif have not in _HOLDS[kind]:
-                _widen(cur, schema, stream, name, have, kind)
+                _widen(cur, schema, stream, name, (have, kind))
                 view_changed = True
     if view_changed or not _view_exists(cur, schema, stream):
         _make_view(cur, schema, stream, set(found) | set(wanted))
 
 
-def _widen(cur: Cursor[Any], schema: str, stream: str, name: str, have: str, kind: str) -> None:
+def _widen(cur: Cursor[Any], schema: str, stream: str, name: str, types: tuple[str, str]) -> None:
+    """Widen column ``name`` from ``types[0]`` (what it is) to ``types[1]`` (what it must be)."""
+    have, kind = types
     if have not in _WIDENS.get(kind, frozenset()):
-        from psycopg.errors import DatatypeMismatch
-
         raise DatatypeMismatch(
             f"column {schema}.{stream}.{name} is {have}, which cannot hold {kind} values and "
             f"cannot be widened to it; alter or rename that table (the exporter never drops one)"

@@ -92,7 +92,7 @@ def _transient(error: BaseException) -> bool:
 class {{ cookiecutter.exporter_class }}:
     """COPY every record into the table named by its ``record.STREAM``."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only settings
         self,
         export_dir: Path,
         session_root: Path,
@@ -182,11 +182,11 @@ class {{ cookiecutter.exporter_class }}:
 
     def flush(self) -> None:
         """COPY the buffer in one transaction and commit; then it counts as delivered."""
-        self._connection("flush")
+        conn = self._connection("flush")
         if not self._rows:
             return
         try:
-            self._deliver(closing=None)
+            self._deliver(conn, closing=None)
         except BaseException:
             self._abort()
             raise
@@ -197,12 +197,12 @@ class {{ cookiecutter.exporter_class }}:
         ``dropped_batches`` is the number of payload batches TraceML's worker
         never handed to ``write``: one count for the whole worker.
         """
-        self._connection("close")
+        conn = self._connection("close")
         try:
-            self._deliver(closing=dropped_batches)
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                conn.close()
+            self._deliver(conn, closing=dropped_batches)
+            last, self._conn = self._conn, None  # the reconnected one, after a retry
+            if last is not None:
+                last.close()
         except BaseException:
             self._abort()
             raise
@@ -210,21 +210,22 @@ class {{ cookiecutter.exporter_class }}:
 
     # -- delivery ------------------------------------------------------------------------
 
-    def _deliver(self, closing: int | None) -> None:
+    def _deliver(self, conn: psycopg.Connection[Any], closing: int | None) -> None:
         """Load and commit; after a transient failure, reconnect once and finish the job."""
-        assert self._conn is not None
         try:
-            self._load(self._conn, closing)
+            self._load(conn, closing)
         except psycopg.Error as first:
             if not _transient(first):
                 raise
+            self._conn = None
             with contextlib.suppress(psycopg.Error):
-                self._conn.close()
-            self._conn = self._connect()
-            if not self._committed():
-                self._load(self._conn, closing)
-            else:
+                conn.close()
+            conn = self._connect()
+            self._conn = conn
+            if self._committed(conn):
                 self._delivered(self._flushes + 1)
+            else:
+                self._load(conn, closing)
 
     def _load(self, conn: psycopg.Connection[Any], closing: int | None) -> None:
         seq = self._flushes + 1
@@ -273,10 +274,9 @@ class {{ cookiecutter.exporter_class }}:
         self._buffered = 0
         self._flushes = seq
 
-    def _committed(self) -> bool:
+    def _committed(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether the flush that failed had committed (its ``_export_flushes`` row exists)."""
-        assert self._conn is not None
-        with self._conn.cursor() as cur:
+        with conn.cursor() as cur:
             found = cur.execute(
                 sql.SQL("SELECT 1 FROM {} WHERE run_id = %s AND flush_seq = %s").format(
                     self._meta(FLUSHES_TABLE)
