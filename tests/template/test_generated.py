@@ -40,14 +40,22 @@ COMMON_FILES = [
     "tests/test_conformance.py",
     "tests/test_exporter.py",
 ]
-RUNTIME_DEPENDENCIES = {"jsonl": ["orjson>=3.9"], "sqlite": []}
+SINK_FILES = {
+    "postgres": [f"src/{DEFAULT_PACKAGE}/_schema.py", "tests/sink_support.py"],
+}
+"""Files a sink kind adds to COMMON_FILES."""
+RUNTIME_DEPENDENCIES = {
+    "jsonl": ["orjson>=3.9"],
+    "sqlite": [],
+    "postgres": ["psycopg[binary]>=3.2"],
+}
 
 
 def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:
-    assert files_of(baked) == sorted(COMMON_FILES)
+    assert files_of(baked) == sorted(COMMON_FILES + SINK_FILES.get(sink, []))
     exporter = (baked / "src" / DEFAULT_PACKAGE / "exporter.py").read_text("utf-8")
     others = [other for other in SINKS if other != sink]
-    assert {"jsonl": "orjson", "sqlite": "sqlite3"}[sink] in exporter
+    assert {"jsonl": "orjson", "sqlite": "sqlite3", "postgres": "psycopg"}[sink] in exporter
     for other in others:
         assert f"one {other}" not in exporter.lower()
 
