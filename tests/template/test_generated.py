@@ -47,7 +47,7 @@ SINK_FILES = {
 RUNTIME_DEPENDENCIES = {
     "jsonl": ["orjson>=3.9"],
     "sqlite": [],
-    "postgres": ["psycopg[binary]>=3.2"],
+    "postgres": ["orjson>=3.9", "psycopg[binary]>=3.2"],
 }
 
 

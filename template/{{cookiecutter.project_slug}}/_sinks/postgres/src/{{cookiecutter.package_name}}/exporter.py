@@ -8,9 +8,10 @@ read by libpq itself; ``TRACEML_POSTGRES_CONNINFO`` may add a conninfo string
 (``"host=db port=5432"``) and ``TRACEML_POSTGRES_SCHEMA`` names the schema
 (``traceml`` by default). Tables and columns: see ``_schema.py`` and the README.
 
-Delivery: ``write`` only buffers rows; ``flush`` (and ``close``) loads the
-buffer with COPY in one transaction, with a row in ``_export_flushes``, and
-commits; the records are delivered once the commit returns. A lost
+Delivery: ``write`` only buffers the records, by stream; ``flush`` (and
+``close``) turns them into rows while it streams them with COPY (so the server
+parses one part while Python makes the next), in one transaction with a row in
+``_export_flushes``, and commits; the records are delivered once the commit returns. A lost
 connection or a failed commit gets one reconnect: if that flush's row is in
 ``_export_flushes`` the commit had happened, otherwise the same buffer is
 sent again, so nothing is lost or doubled; a second failure is raised with
@@ -78,7 +79,7 @@ RECEIPT_FILE = "postgres_runs.jsonl"
 FLUSHES_TABLE = "_export_flushes"
 RUNS_TABLE = "_export_runs"
 
-Rows = dict[Layout, list[tuple[Any, ...]]]
+Buffer = dict[Layout, list[ExportRecord]]
 
 
 def _transient(error: BaseException) -> bool:
@@ -113,7 +114,7 @@ class {{ cookiecutter.exporter_class }}:
         self._conn: psycopg.Connection[Any] | None = None
         self._layouts: dict[str, Layout] = {}
         self._ready: set[tuple[str, tuple[str, ...]]] = set()
-        self._rows: Rows = {}
+        self._rows: Buffer = {}
         self._buffered = 0
         self._written: dict[str, int] = {}
         self._flushes = 0
@@ -153,10 +154,9 @@ class {{ cookiecutter.exporter_class }}:
         self._state = "open"
 
     def write(self, records: Sequence[ExportRecord]) -> None:
-        """Buffer the batch as COPY rows; nothing is sent until ``flush``."""
+        """Buffer the batch, by stream; nothing is sent until ``flush``."""
         self._connection("write")
         try:
-            prefix = (self.run_id, str(self.session_root))
             layouts = self._layouts
             rows = self._rows
             for record in records:
@@ -169,12 +169,11 @@ class {{ cookiecutter.exporter_class }}:
                     layout = layouts[stream] = layout_for(
                         stream, record.COLUMNS, include_hostname=self.include_hostname
                     )
-                row = layout.row(record.to_dict(), prefix)
                 batch = rows.get(layout)
                 if batch is None:
-                    rows[layout] = [row]
+                    rows[layout] = [record]
                 else:
-                    batch.append(row)
+                    batch.append(record)
             self._buffered += len(records)
         except BaseException:
             self._abort()
@@ -229,6 +228,7 @@ class {{ cookiecutter.exporter_class }}:
 
     def _load(self, conn: psycopg.Connection[Any], closing: int | None) -> None:
         seq = self._flushes + 1
+        prefix = (self.run_id, str(self.session_root))
         with conn.transaction(), conn.cursor() as cur:
             for layout, rows in self._rows.items():
                 key = (layout.stream, layout.record_columns)
@@ -241,9 +241,12 @@ class {{ cookiecutter.exporter_class }}:
                     sql.Identifier(layout.stream),
                     sql.SQL(", ").join(map(sql.Identifier, layout.columns)),
                 )
+                # Rows are made while the COPY streams: the server parses the
+                # previous ones (jsonb above all) on another core meanwhile.
+                row = layout.row
                 with cur.copy(copy) as pipe:
-                    for row in rows:
-                        pipe.write_row(row)
+                    for record in rows:
+                        pipe.write_row(row(record.to_dict(), prefix))
             cur.execute(
                 sql.SQL(
                     "INSERT INTO {} (run_id, flush_seq, session_root, records) "
