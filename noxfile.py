@@ -85,6 +85,7 @@ def bench(session: nox.Session) -> None:
     """Throughput and memory figures against baselines measured in the same run."""
     _install_sdk(session)
     session.install("--no-deps", TRACEML_ORACLE)
+    session.install("psycopg[binary]>=3.2", "orjson>=3.9", "cookiecutter>=2.5")  # bench_postgres
     for script in sorted((ROOT / "tests" / "benchmarks").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)
 
