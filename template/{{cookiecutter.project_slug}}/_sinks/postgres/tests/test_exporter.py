@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import secrets
 import tempfile
 from collections.abc import Callable, Iterator
@@ -129,6 +130,25 @@ def test_tables_hold_the_columns_in_order_with_their_types(
     assert step["observed_timestamp_unix_ns"] == "bigint"
     assert dict(columns["step_memory"])["peak_alloc_bytes"] == "double precision"
     assert dict(columns["stdout_stderr"])["line"] == "text"
+
+
+def test_the_readme_ddl_is_what_open_creates(
+    context: ExporterContext, schema: str, postgres: Database
+) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text("utf-8")
+    documented = {
+        name: [tuple(part.split()[:2]) for part in body.replace("\n", " ").split(",")]
+        for name, body in re.findall(r"CREATE TABLE traceml\.(\w+) \((.*?)\n\);", readme, re.S)
+    }
+    assert set(documented) == set(STREAM_COLUMNS)
+    run(context)
+    for stream, columns in documented.items():
+        rows = postgres.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+            (schema, stream),
+        )
+        assert [(name, kind.split()[0]) for name, kind in rows] == columns, stream
 
 
 def test_rows_are_to_dict_without_hostname(
