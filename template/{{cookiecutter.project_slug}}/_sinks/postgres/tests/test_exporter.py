@@ -11,6 +11,7 @@ import os
 import re
 import secrets
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -136,9 +137,10 @@ def test_the_readme_ddl_is_what_open_creates(
     context: ExporterContext, schema: str, postgres: Database
 ) -> None:
     readme = (Path(__file__).parents[1] / "README.md").read_text("utf-8")
+    pattern = re.compile(r"CREATE TABLE traceml\.(\w+) \((.*?)\n\);", re.DOTALL)
     documented = {
         name: [tuple(part.split()[:2]) for part in body.replace("\n", " ").split(",")]
-        for name, body in re.findall(r"CREATE TABLE traceml\.(\w+) \((.*?)\n\);", readme, re.S)
+        for name, body in pattern.findall(readme)
     }
     assert set(documented) == set(STREAM_COLUMNS)
     run(context)
@@ -311,6 +313,47 @@ def test_a_commit_lost_twice_raises_the_servers_message(
     assert opened._conn is None
     assert exporter_backends(postgres) == []
     assert count(postgres, schema, "step_time") == 0
+
+
+def test_a_permanent_error_raises_at_once_without_a_reconnect(
+    opened: {{ cookiecutter.exporter_class }},
+    schema: str,
+    records: list[ExportRecord],
+    postgres: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    connects: list[object] = []
+    real = opened._connect
+
+    def counted() -> psycopg.Connection[Any]:
+        connects.append(1)
+        return real()
+
+    monkeypatch.setattr(opened, "_connect", counted)
+    postgres.execute(
+        sql.SQL("ALTER TABLE {} ADD CONSTRAINT refuse_all CHECK (step < 0)").format(
+            table(schema, "step_time")
+        )
+    )
+    opened.write(records)
+    with pytest.raises(psycopg.errors.CheckViolation, match="refuse_all"):
+        opened.flush()
+    assert connects == []
+    assert exporter_backends(postgres) == []
+    assert count(postgres, schema, "system_gpu") == 0  # the whole flush, not a part of it
+
+
+def test_an_unknown_role_fails_open_at_once(
+    context: ExporterContext, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    del schema
+    monkeypatch.setenv("PGUSER", "no_such_role")
+    exporter = make_exporter(context)
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError, match="no_such_role"):
+        exporter.open()
+    assert time.monotonic() - started < 5
+    assert exporter._conn is None
 
 
 def test_a_server_that_refuses_connections_fails_open_at_once(
