@@ -11,9 +11,12 @@ can be had the tests skip and say how to get one; with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import selectors
 import socket
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -109,6 +112,71 @@ def closed_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+class CommitAnswerDropper:
+    """A TCP proxy to the server that, once armed, loses the answer to one COMMIT.
+
+    The COMMIT reaches the server and is carried out; its answer never reaches
+    the client, whose connection is cut instead: the ambiguous failure after
+    which a client cannot tell whether its transaction was committed.
+    """
+
+    def __init__(self, server: PostgresServer) -> None:
+        self._target = (server.host or "127.0.0.1", int(server.port or 5432))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self.armed = False
+        self.dropped = 0
+        self._threads: list[threading.Thread] = []
+        self._closing = False
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, server: PostgresServer) -> Iterator[CommitAnswerDropper]:
+        """The proxy, accepting on 127.0.0.1:``port`` until the block ends."""
+        proxy = cls(server)
+        proxy._spawn(proxy._accept)
+        try:
+            yield proxy
+        finally:
+            proxy._closing = True
+            proxy._listener.close()
+            for thread in proxy._threads:
+                thread.join(timeout=5)
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self._spawn(self._pump, client)
+
+    def _pump(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(self._target, timeout=10)
+        lose_answer = False
+        with client, upstream, selectors.DefaultSelector() as selector:
+            selector.register(client, selectors.EVENT_READ, upstream)
+            selector.register(upstream, selectors.EVENT_READ, client)
+            while not self._closing:
+                for key, _ in selector.select(timeout=0.2):
+                    source: socket.socket = key.fileobj  # type: ignore[assignment]
+                    data = source.recv(65536)
+                    if not data:
+                        return
+                    if source is upstream and lose_answer:
+                        self.dropped += 1
+                        return  # the server committed; the client never hears it
+                    if source is client and self.armed and b"COMMIT" in data:
+                        self.armed = False
+                        lose_answer = True
+                    key.data.sendall(data)
 
 
 # -- the sink interface the shared conformance test uses ----------------------------------

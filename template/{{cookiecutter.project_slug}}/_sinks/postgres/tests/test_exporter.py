@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
-from sink_support import Database
+from sink_support import CommitAnswerDropper, Database
 from traceml_exporter_sdk import (
     ExporterContext,
     ExportRecord,
@@ -36,6 +36,7 @@ from traceml_exporter_sdk.testing.strategies import record_batches
 from {{ cookiecutter.package_name }}._schema import STREAM_COLUMNS, UNIQUE_VIEW_SUFFIX
 from {{ cookiecutter.package_name }}.exporter import (
     APPLICATION_NAME,
+    CONNINFO_ENV,
     SCHEMA_ENV,
     {{ cookiecutter.exporter_class }},
     make_exporter,
@@ -298,6 +299,27 @@ def test_a_commit_lost_once_is_sent_again_exactly_once(
     assert count(postgres, schema, "step_time") == 3
     opened.close()
     assert len(read(context)["step_time"]) == 3
+
+
+@pytest.mark.usefixtures("schema")
+def test_a_commit_whose_answer_is_lost_is_not_sent_again(
+    context: ExporterContext,
+    records: list[ExportRecord],
+    expected: Expected,
+    postgres: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with CommitAnswerDropper.running(postgres.server) as proxy:
+        monkeypatch.setenv(CONNINFO_ENV, f"host=127.0.0.1 port={proxy.port}")
+        exporter = make_exporter(context)
+        exporter.open()
+        exporter.write(records)
+        proxy.armed = True
+        exporter.flush()  # committed, answer lost: the reconnect finds its _export_flushes row
+        assert proxy.dropped == 1
+        exporter.close()
+    monkeypatch.delenv(CONNINFO_ENV)
+    assert read(context) == expected(records, False)
 
 
 def test_a_commit_lost_twice_raises_the_servers_message(
