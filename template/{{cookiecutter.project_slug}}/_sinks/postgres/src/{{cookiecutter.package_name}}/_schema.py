@@ -148,9 +148,9 @@ def column_type(name: str) -> str:
     return _TYPES.get(name, _JSON)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Layout:
-    """How one stream's records become COPY rows."""
+    """How one stream's records become COPY rows (compared and hashed by identity: a dict key)."""
 
     stream: str
     record_columns: tuple[str, ...]
