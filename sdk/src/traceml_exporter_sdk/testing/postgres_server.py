@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -197,6 +196,8 @@ def _run(
     """Run a server binary, as ``user`` when given (we are root then); never hangs."""
     kwargs: dict[str, Any] = {}
     if user is not None:
+        import pwd  # POSIX only, like dropping root
+
         record = pwd.getpwnam(user)
         kwargs = {"user": record.pw_uid, "group": record.pw_gid, "extra_groups": []}
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
@@ -210,10 +211,16 @@ def _run(
         return subprocess.CompletedProcess(list(args), 124, "", f"timed out after {exc.timeout}s")
 
 
+def _is_root() -> bool:
+    return getattr(os, "geteuid", lambda: -1)() == 0
+
+
 def _unprivileged_user() -> str | None:
     """Who runs the cluster: None (ourselves) unless we are root."""
-    if os.geteuid() != 0:
+    if not _is_root():
         return None
+    import pwd
+
     for name in _UNPRIVILEGED_USERS:
         with contextlib.suppress(KeyError):
             pwd.getpwnam(name)
@@ -233,6 +240,8 @@ def _free_port() -> int:
 def _start_cluster(bindir: Path, folder: Path, *, fsync: bool, timeout: float) -> PostgresServer:
     run_as = _unprivileged_user()
     if run_as is not None:
+        import pwd
+
         record = pwd.getpwnam(run_as)
         os.chown(folder, record.pw_uid, record.pw_gid)
     data = folder / "data"
@@ -261,6 +270,20 @@ def _start_cluster(bindir: Path, folder: Path, *, fsync: bool, timeout: float) -
     raise PostgresUnavailableError("could not start the cluster: " + "\n".join(errors))
 
 
+def _parent_folder() -> str | None:
+    """Where the cluster folder goes: the temp dir, or /tmp when that will not do.
+
+    The Unix socket path must stay under about 100 bytes, and as root the
+    unprivileged user must be able to reach the folder through every parent.
+    """
+    base = Path(tempfile.gettempdir()).resolve()
+    too_long = len(str(base)) > 60
+    hidden = _is_root() and any(
+        not os.stat(parent).st_mode & 0o001 for parent in (base, *base.parents)
+    )
+    return "/tmp" if (too_long or hidden) and Path("/tmp").is_dir() else None  # noqa: S108
+
+
 @contextlib.contextmanager
 def postgres_server(*, fsync: bool = False, timeout: float = 30.0) -> Iterator[PostgresServer]:
     """A server for the duration of the ``with`` block (see the module docstring).
@@ -280,7 +303,7 @@ def postgres_server(*, fsync: bool = False, timeout: float = 30.0) -> Iterator[P
         raise PostgresUnavailableError(
             f"no PostgreSQL server binaries (initdb, pg_ctl) found; {HOW_TO_GET_A_SERVER}"
         )
-    folder = Path(tempfile.mkdtemp(prefix="traceml-pg-"))
+    folder = Path(tempfile.mkdtemp(prefix="traceml-pg-", dir=_parent_folder()))
     try:
         server = _start_cluster(bindir, folder, fsync=fsync, timeout=timeout)
         try:

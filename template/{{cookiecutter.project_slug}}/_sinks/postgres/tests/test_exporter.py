@@ -401,6 +401,7 @@ def test_nul_surrogates_and_out_of_range_values_follow_the_rule(
         StdoutStderrRecord(NS, 2**70, -(2**64), "fine"),
         StepTimeRecord(NS, 0, 0, 0, 1, 1, 0, None, NS, 1, 1, events),
         StdoutStderrRecord(NS, 1, None, "after them, still written"),
+        StdoutStderrRecord(NS, 1, NS, "\u2028 a very long line " * 200_000),  # 4.6 MB
     ]
     run(context, hostile)
     stored = postgres.execute(
@@ -413,6 +414,7 @@ def test_nul_surrogates_and_out_of_range_values_follow_the_rule(
     exact = {"rank": str(2**70), "timestamp_unix_ns": str(-(2**64))}
     assert stored[1][3] == exact  # ... and their exact values here
     assert stored[2] == (1, None, "after them, still written", None)
+    assert stored[3][2] == hostile[4].to_dict()["line"]
     ((kept,),) = postgres.execute(
         sql.SQL("SELECT events FROM {}").format(table(schema, "step_time"))
     )
