@@ -42,7 +42,7 @@ DEPENDENCY_MODULES = frozenset(
         "psycopg", "psycopg_pool", "psycopg_binary", "pyarrow", "duckdb", "opentelemetry",
         "google", "grpc", "httpx", "requests", "urllib3", "certifi",
         # folder names a project has, where a package of that name would be confused
-        "tests", "conftest", "src",
+        "tests", "conftest", "src", "sink_support",
     }
 )  # fmt: skip
 """Import names a package may not take: the generated project, or its tests, import them."""
@@ -55,6 +55,12 @@ TEMPLATE_NAMES = frozenset(
         "Iterable", "JSON_TYPE", "Mapping", "NS", "PYPROJECT", "PYTHONS", "Path", "Protocol",
         "ROOT", "ROW_ID", "RUNS_TABLE", "Requirement", "SDK", "SDK_NAME", "SUMMARY_FILE",
         "Sequence", "Iterator", "Final", "Literal", "TypeAlias", "Self",
+        "HOSTILE_TEXT", "HealthCheck",
+        # the postgres sink's exporter, schema module and tests
+        "APPLICATION_NAME", "Buffer", "CONNECT_TIMEOUT_S", "CONNINFO_ENV", "CommitAnswerDropper",
+        "DEFAULT_SCHEMA", "Database", "FLUSHES_TABLE", "Layout", "PostgresServer",
+        "PostgresUnavailableError", "RECEIPT_FILE", "REQUIRE_ENV", "SCHEMA_ENV", "SINK_COLUMNS",
+        "STATEMENT_TIMEOUT_MS", "STREAM_COLUMNS", "UNIQUE_VIEW_SUFFIX",
         # the SDK's public names, which generated tests import
         "ALL_STREAMS", "DEFAULT_EXPORT_STREAMS", "EXPORT_STREAM_NAMES", "EventStats",
         "ExportFailure", "ExportRecord", "ExportReport", "ExportWorker", "Exporter",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -181,6 +182,11 @@ def test_existing_folder_exit_3(tmp_path: Path) -> None:
     ]
 
 
+SINK_CHOICES = json.loads(
+    (Path(__file__).resolve().parents[2] / "template" / "cookiecutter.json").read_text("utf-8")
+)["sink"]
+
+
 @pytest.mark.parametrize(
     ("arg", "message"),
     [
@@ -188,7 +194,7 @@ def test_existing_folder_exit_3(tmp_path: Path) -> None:
         (
             "sink=bogus",
             "traceml-exporter: error: template variable: bogus provided for choice variable "
-            "sink, but the choices are ['jsonl', 'sqlite'].",
+            f"sink, but the choices are {SINK_CHOICES}.",
         ),
     ],
 )

@@ -170,13 +170,16 @@ def test_rebaking_over_an_existing_project_with_overwrite(tmp_path: Path) -> Non
         overwrite_if_exists=True,
     )
     assert Path(second) == first
-    assert files_of(first) == files, "every sink kind bakes the same file names"
-    assert "Second" in (first / "pyproject.toml").read_text(encoding="utf-8")
-    assert (first / "LICENSE").read_text(encoding="utf-8").startswith("BSD 3-Clause")
     fresh = generate(
         tmp_path / "fresh", author_name="Second", sink=SINKS[-1], license="BSD-3-Clause"
     )
-    for name in files:
+    # The common files are the same for every sink kind; a sink's own extra module
+    # (a conditional name such as postgres's _postgres_schema.py) is added.
+    assert set(files) <= set(files_of(fresh)), "every sink kind bakes the common file names"
+    assert files_of(first) == files_of(fresh)
+    assert "Second" in (first / "pyproject.toml").read_text(encoding="utf-8")
+    assert (first / "LICENSE").read_text(encoding="utf-8").startswith("BSD 3-Clause")
+    for name in files_of(fresh):
         assert (first / name).read_bytes() == (fresh / name).read_bytes(), name
     assert (first / "src" / DEFAULT_PACKAGE / "exporter.py").is_file()
     assert not (first / "_sinks").exists()
@@ -297,7 +300,8 @@ def _template_python() -> list[ast.Module]:
     paths = [*(template / "{{cookiecutter.project_slug}}").rglob("*.py")]
     paths += (template / "templates").rglob("*.py")
     for path in paths:
-        text = re.sub(r"\{%.*?%\}", "", path.read_text(encoding="utf-8"))
+        text = re.sub(r"\{#.*?#\}", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+        text = re.sub(r"\{%.*?%\}", "", text)
         text = text.replace("{{ cookiecutter.exporter_class }}", "ZzExporter")
         text = text.replace("{{ cookiecutter.package_name }}", "zz_package")
         text = re.sub(r"\{\{.*?\}\}", "x", text)
