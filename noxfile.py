@@ -61,10 +61,15 @@ def _install_sdk(session: nox.Session, *groups: str) -> None:
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """Unit, property and differential tests of the SDK (traceml-ai 0.5.0 as the oracle)."""
+    """Unit, property and differential tests of the SDK (traceml-ai 0.5.0 as the oracle).
+
+    One pytest worker per core (pytest-xdist): four Pythons run the whole suite, and
+    CI's whole ``nox`` run must stay under 15 minutes on two cores.
+    """
     _install_sdk(session, "test")
     session.install("--no-deps", TRACEML_ORACLE)
-    session.run("pytest", "tests", "--ignore=tests/template", *session.posargs)
+    args = session.posargs or ["-n", "auto"]
+    session.run("pytest", "tests", "--ignore=tests/template", *args)
 
 
 @nox.session(python=MAIN_PYTHON)
