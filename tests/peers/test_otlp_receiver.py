@@ -197,6 +197,13 @@ def test_faults_play_in_order_then_accept(receiver: OtlpReceiver) -> None:
     assert [r["status"] for r in receiver.requests()] == [429, 429, 200, 200]
 
 
+def test_raw_answers_are_sent_as_given(receiver: OtlpReceiver) -> None:
+    receiver.set_faults(Fault.raw(200, "<html>proxy</html>"))
+    code, _, answer = post(receiver, one_record_request())
+    assert (code, answer) == (200, b"<html>proxy</html>")
+    assert receiver.log_records() == []
+
+
 def test_drop_closes_the_connection_without_an_answer(receiver: OtlpReceiver) -> None:
     receiver.set_faults(Fault.drop())
     with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):

@@ -177,6 +177,10 @@ class _Handler(BaseHTTPRequestHandler):
                 headers["Retry-After"] = str(fault["retry_after"])
             self._status(int(fault["status"]), str(fault.get("message") or ""), headers)
             return True
+        if kind == "raw":
+            meta["status"] = int(fault["status"])
+            self._send(int(fault["status"]), str(fault["message"]).encode("latin-1"))
+            return True
         if kind == "drop":
             meta["status"] = "dropped"
             self.close_connection = True

@@ -43,7 +43,8 @@ class Fault:
 
     kind: str
     """``status`` (answer ``status``), ``drop`` (close the connection, no answer),
-    ``tarpit`` (read the request, never answer) or ``partial`` (2xx with ``partial_success``)."""
+    ``tarpit`` (read the request, never answer), ``partial`` (2xx with
+    ``partial_success``) or ``raw`` (answer ``status`` with ``message`` as the body)."""
     times: int | None = 1
     status: int = 503
     retry_after: str | None = None
@@ -74,6 +75,12 @@ class Fault:
     def partial(cls, rejected: int, *, times: int | None = 1, message: str = "") -> Fault:
         """Accept with ``partial_success.rejected_log_records = rejected`` and a message."""
         return cls("partial", times, 200, None, message or f"rejected {rejected}", rejected)
+
+
+    @classmethod
+    def raw(cls, status: int, body: str, *, times: int | None = 1) -> Fault:
+        """Answer ``status`` with ``body`` (latin-1 text, sent as bytes) as it is."""
+        return cls("raw", times, status, None, body)
 
 
 class OtlpReceiver:

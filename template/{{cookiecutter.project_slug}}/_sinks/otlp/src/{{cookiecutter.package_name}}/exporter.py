@@ -62,7 +62,7 @@ from ._otlp_wire import (
     request_overhead,
 )
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - the class name is a template variable, its place varies
     "EVENT_PREFIX",
     "RECEIPT_FILE",
     "RETRYABLE_STATUSES",
@@ -87,7 +87,7 @@ class OtlpExportError(RuntimeError):
 class {{ cookiecutter.exporter_class }}:
     """Send every record as one OTLP LogRecord to the collector the settings name."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - settings, three context facts, three tunables
         self,
         environment: Mapping[str, str],
         *,
@@ -118,7 +118,7 @@ class {{ cookiecutter.exporter_class }}:
         self._pending_streams: Counter[str] = Counter()
         self._delivered: Counter[str] = Counter()
         self._requests = 0
-        self._random = random.Random()
+        self._random = random.Random()  # noqa: S311 - jitter, not cryptography
         self._state = "new"
 
     # -- the four methods ------------------------------------------------------------
@@ -142,7 +142,7 @@ class {{ cookiecutter.exporter_class }}:
         self._path = url.request_uri
         self._headers = {
             "Content-Type": _CONTENT_TYPE,
-            "User-Agent": f"{SCOPE_NAME}/{version or '0'} urllib3/{urllib3.__version__}",
+            "User-Agent": f"{SCOPE_NAME}/{version or '0'} (urllib3)",
             **settings.headers,
         }
         if settings.gzip:
@@ -201,8 +201,7 @@ class {{ cookiecutter.exporter_class }}:
     def _deliver(self) -> None:
         if not self._pending:
             return
-        assert self.settings is not None
-        deadline = time.monotonic() + self.settings.timeout_s
+        deadline = time.monotonic() + self._settings().timeout_s
         for chunk in self._chunks(self._pending):
             self._post(self._request(chunk), deadline)
         self._delivered.update(self._pending_streams)
@@ -234,9 +233,11 @@ class {{ cookiecutter.exporter_class }}:
 
     def _post(self, body: bytes, deadline: float) -> None:
         """POST one request, retrying what is transient until ``deadline``."""
-        assert self._pool is not None and self.settings is not None
-        data = gzip.compress(body, compresslevel=1, mtime=0) if self.settings.gzip else body
-        endpoint = self.settings.endpoint
+        settings, pool = self._settings(), self._pool
+        if pool is None:
+            raise RuntimeError("the HTTP client is closed")
+        data = gzip.compress(body, compresslevel=1, mtime=0) if settings.gzip else body
+        endpoint = settings.endpoint
         attempt = 0
         last = "no attempt was made"
         while True:
@@ -244,12 +245,12 @@ class {{ cookiecutter.exporter_class }}:
             if remaining <= 0:
                 raise OtlpExportError(
                     f"the collector at {endpoint} did not take the records within the "
-                    f"{self.settings.timeout_s:g} s deadline (OTEL_EXPORTER_OTLP_TIMEOUT); "
+                    f"{settings.timeout_s:g} s deadline (OTEL_EXPORTER_OTLP_TIMEOUT); "
                     f"last: {last}"
                 )
             retry_after = 0.0
             try:
-                response = self._pool.urlopen(
+                response = pool.urlopen(
                     "POST",
                     self._path,
                     body=data,
@@ -278,7 +279,7 @@ class {{ cookiecutter.exporter_class }}:
             if time.monotonic() + wait > deadline:
                 raise OtlpExportError(
                     f"the collector at {endpoint} did not take the records: {last}; retrying "
-                    f"in {wait:.2f} s would pass the {self.settings.timeout_s:g} s deadline "
+                    f"in {wait:.2f} s would pass the {settings.timeout_s:g} s deadline "
                     "(OTEL_EXPORTER_OTLP_TIMEOUT)"
                 )
             time.sleep(wait)
@@ -286,7 +287,7 @@ class {{ cookiecutter.exporter_class }}:
 
     def _backoff(self, attempt: int) -> float:
         first, cap = self.backoff_s
-        return min(cap, first * 2**attempt) * self._random.uniform(0.5, 1.5)
+        return min(cap, first * 2.0**attempt) * self._random.uniform(0.5, 1.5)
 
     # -- state -----------------------------------------------------------------------
 
@@ -304,11 +305,15 @@ class {{ cookiecutter.exporter_class }}:
         if pool is not None:
             pool.close()
 
+    def _settings(self) -> OtlpSettings:
+        if self.settings is None:
+            raise RuntimeError("the settings were not read; call open() first")
+        return self.settings
+
     def _write_receipt(self, dropped_batches: int) -> None:
-        assert self.settings is not None
         line = {
             "closed_unix_ns": time.time_ns(),
-            "endpoint": self.settings.endpoint,
+            "endpoint": self._settings().endpoint,
             "service_instance_id": self.instance_id,
             "delivered_records": dict(self._delivered),
             "requests": self._requests,
@@ -365,7 +370,7 @@ def _retry_after(value: str | None) -> float:
         return 0.0
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+    return max(0.0, float((when - datetime.now(timezone.utc)).total_seconds()))
 
 
 def make_exporter(context: ExporterContext) -> {{ cookiecutter.exporter_class }}:
