@@ -40,14 +40,26 @@ COMMON_FILES = [
     "tests/test_conformance.py",
     "tests/test_exporter.py",
 ]
-RUNTIME_DEPENDENCIES = {"jsonl": ["orjson>=3.9"], "sqlite": []}
+SINK_FILES = {
+    "otlp": [
+        f"src/{DEFAULT_PACKAGE}/_otlp_settings.py",
+        f"src/{DEFAULT_PACKAGE}/_otlp_wire.py",
+        "tests/sink_support.py",
+        "tests/test_wire.py",
+    ],
+}
+RUNTIME_DEPENDENCIES = {
+    "jsonl": ["orjson>=3.9"],
+    "sqlite": [],
+    "otlp": ["opentelemetry-proto>=1.33", "googleapis-common-protos>=1.56", "urllib3>=2.0"],
+}
 
 
 def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:
-    assert files_of(baked) == sorted(COMMON_FILES)
+    assert files_of(baked) == sorted(COMMON_FILES + SINK_FILES.get(sink, []))
     exporter = (baked / "src" / DEFAULT_PACKAGE / "exporter.py").read_text("utf-8")
     others = [other for other in SINKS if other != sink]
-    assert {"jsonl": "orjson", "sqlite": "sqlite3"}[sink] in exporter
+    assert {"jsonl": "orjson", "sqlite": "sqlite3", "otlp": "urllib3"}[sink] in exporter
     for other in others:
         assert f"one {other}" not in exporter.lower()
 
