@@ -76,7 +76,6 @@ class Fault:
         """Accept with ``partial_success.rejected_log_records = rejected`` and a message."""
         return cls("partial", times, 200, None, message or f"rejected {rejected}", rejected)
 
-
     @classmethod
     def raw(cls, status: int, body: str, *, times: int | None = 1) -> Fault:
         """Answer ``status`` with ``body`` (latin-1 text, sent as bytes) as it is."""

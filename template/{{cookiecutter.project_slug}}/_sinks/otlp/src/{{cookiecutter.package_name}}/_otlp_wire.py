@@ -157,7 +157,7 @@ def encode_any(value: Any) -> bytes:  # noqa: PLR0911 - one return per value kin
         return _text(value)
     if value is None:
         return b""
-    if isinstance(value, Mapping):
+    if kind is dict or isinstance(value, Mapping):
         return _length_delimited(_KVLIST, _key_values(_LIST_VALUES, value))
     if isinstance(value, (bytes, bytearray)):
         return _length_delimited(_BYTES, bytes(value))
@@ -172,18 +172,18 @@ def encode_any(value: Any) -> bytes:  # noqa: PLR0911 - one return per value kin
 
 
 class _Keys:
-    """Encoded ``KeyValue`` prefixes per key, for one repeated field (a tag).
+    """Encoded ``KeyValue``s per key, for one repeated field (a tag).
 
-    A float or bool KeyValue has a fixed size, so all but its last bytes are
-    cached per key: encoding one is a dict lookup and one concatenation.
+    A float KeyValue has a fixed size, so all but its last 8 bytes are cached
+    per key; a bool, None or small int KeyValue is cached whole. Encoding one is
+    then a dict lookup and at most one concatenation.
     """
 
     def __init__(self, tag: bytes) -> None:
         self.tag = tag
         self.key_fields: dict[str, bytes] = {}
         self.doubles: dict[str, bytes] = {}
-        self.trues: dict[str, bytes] = {}
-        self.falses: dict[str, bytes] = {}
+        self.constants: dict[tuple[str, type, Any], bytes] = {}
 
     def key_field(self, key: str) -> bytes:
         field = self.key_fields.get(key)
@@ -200,23 +200,30 @@ class _Keys:
             self.doubles[key] = prefix
         return prefix
 
-    def boolean(self, key: str, value: bool) -> bytes:
-        cache = self.trues if value else self.falses
-        encoded = cache.get(key)
-        if encoded is None:
-            encoded = cache[key] = self.generic(key, value)
-        return encoded
-
     def generic(self, key: str, value: Any) -> bytes:
         payload = self.key_field(key) + _length_delimited(_KV_VALUE, encode_any(value))
         return _length_delimited(self.tag, payload)
 
+    def mapping(self, key: str, value: Mapping[Any, Any]) -> bytes:
+        pair = _NESTED.pair
+        body = b"".join([pair(k, v) for k, v in value.items()])
+        any_value = _KVLIST + _varint(len(body)) + body
+        payload = self.key_field(key) + _KV_VALUE + _varint(len(any_value)) + any_value
+        return self.tag + _varint(len(payload)) + payload
+
     def pair(self, key: str, value: Any) -> bytes:
         kind = type(value)
         if kind is float:
-            return self.double_prefix(key) + _pack_double(value)
-        if kind is bool:
-            return self.boolean(key, value)
+            prefix = self.doubles.get(key) or self.double_prefix(key)
+            return prefix + _pack_double(value)
+        if kind is dict:
+            return self.mapping(key, value)
+        if value is None or kind is bool or (kind is int and -1 < value < 256):
+            constant = (key, kind, value)
+            encoded = self.constants.get(constant)
+            if encoded is None:
+                encoded = self.constants[constant] = self.generic(key, value)
+            return encoded
         return self.generic(key, value)
 
 
@@ -268,15 +275,10 @@ class RecordEncoder:
         observed = data.get("observed_timestamp_unix_ns")
         if observed:
             parts.append(_time(_LOG_OBSERVED, observed))
-        keys = self._attributes
-        double_prefix, pair = keys.double_prefix, keys.pair
+        pair = self._attributes.pair
         for name, key in plan.fields:
             value = data.get(name)
-            if value is None:
-                continue
-            if type(value) is float:
-                parts.append(double_prefix(key) + _pack_double(value))
-            else:
+            if value is not None:
                 parts.append(pair(key, value))
         return _length_delimited(_SCOPE_LOGS_RECORDS, b"".join(parts))
 
