@@ -165,6 +165,7 @@ def test_resource_headers_and_gzip_from_the_standard_variables(
         ("OTEL_EXPORTER_OTLP_HEADERS", "no-equals-sign"),
         ("OTEL_EXPORTER_OTLP_HEADERS", "bad header=1"),
         ("OTEL_RESOURCE_ATTRIBUTES", "=value"),
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/no/such/ca.pem"),
     ],
 )
 def test_a_bad_setting_fails_open_naming_the_variable(

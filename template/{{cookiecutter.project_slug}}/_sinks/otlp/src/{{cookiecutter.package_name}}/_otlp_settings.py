@@ -42,6 +42,8 @@ class OtlpSettings:
     gzip: bool = False
     service_name: str = DEFAULT_SERVICE_NAME
     resource_attributes: dict[str, str] = field(default_factory=dict)
+    tls: dict[str, str] = field(default_factory=dict)
+    """urllib3 pool arguments: ``ca_certs``, ``cert_file``, ``key_file`` (existing files)."""
 
 
 def read_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -136,6 +138,27 @@ def _gzip(env: Mapping[str, str]) -> bool:
     return text.lower() == "gzip"
 
 
+_TLS_FILES = {
+    "CERTIFICATE": "ca_certs",
+    "CLIENT_CERTIFICATE": "cert_file",
+    "CLIENT_KEY": "key_file",
+}
+
+
+def _tls(env: Mapping[str, str]) -> dict[str, str]:
+    """PEM files for TLS: the CA to trust, and a client certificate and key (mTLS)."""
+    out: dict[str, str] = {}
+    for name, argument in _TLS_FILES.items():
+        picked = _pick(env, name)
+        if picked is None:
+            continue
+        variable, path = picked
+        if not os.path.isfile(path):
+            raise ValueError(f"{variable}={path!r} is not a readable file (a PEM file is expected)")
+        out[argument] = path
+    return out
+
+
 def parse_settings(env: Mapping[str, str]) -> OtlpSettings:
     """Validate the copied variables; raise ``ValueError`` naming the first bad one."""
     attributes_text = env.get("OTEL_RESOURCE_ATTRIBUTES", "")
@@ -148,4 +171,5 @@ def parse_settings(env: Mapping[str, str]) -> OtlpSettings:
         gzip=_gzip(env),
         service_name=service or attributes.get("service.name") or DEFAULT_SERVICE_NAME,
         resource_attributes=attributes,
+        tls=_tls(env),
     )

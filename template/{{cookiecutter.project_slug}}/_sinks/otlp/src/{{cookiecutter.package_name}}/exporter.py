@@ -147,8 +147,9 @@ class {{ cookiecutter.exporter_class }}:
         }
         if settings.gzip:
             self._headers["Content-Encoding"] = "gzip"
+        tls = settings.tls if settings.endpoint.startswith("https:") else {}
         self._pool = urllib3.connection_from_url(
-            settings.endpoint, maxsize=1, block=False, retries=False
+            settings.endpoint, maxsize=1, block=False, retries=False, **tls
         )
         try:
             self._post(self._request([]), time.monotonic() + settings.timeout_s)
