@@ -184,6 +184,7 @@ class _Keys:
         self.key_fields: dict[str, bytes] = {}
         self.doubles: dict[str, bytes] = {}
         self.constants: dict[tuple[str, type, Any], bytes] = {}
+        self.value_heads: dict[str, bytes] = {}
 
     def key_field(self, key: str) -> bytes:
         field = self.key_fields.get(key)
@@ -205,13 +206,26 @@ class _Keys:
         return _length_delimited(self.tag, payload)
 
     def mapping(self, key: str, value: Mapping[Any, Any]) -> bytes:
-        pair = _NESTED.pair
-        body = b"".join([pair(k, v) for k, v in value.items()])
-        any_value = _KVLIST + _varint(len(body)) + body
-        payload = self.key_field(key) + _KV_VALUE + _varint(len(any_value)) + any_value
-        return self.tag + _varint(len(payload)) + payload
+        body = _NESTED.body(value)
+        size = len(body)
+        any_value = _KVLIST + (_SMALL[size] if size < 0x80 else _varint(size)) + body
+        head = self.value_heads.get(key) or self.value_head(key)
+        size = len(any_value)
+        payload = head + (_SMALL[size] if size < 0x80 else _varint(size)) + any_value
+        size = len(payload)
+        return self.tag + (_SMALL[size] if size < 0x80 else _varint(size)) + payload
+
+    def value_head(self, key: str) -> bytes:
+        """The key field and the value field's tag: what every KeyValue of ``key`` starts with."""
+        head = self.value_heads[key] = self.key_field(key) + _KV_VALUE
+        return head
+
+    def constant(self, key: str, kind: type, value: Any) -> bytes:
+        encoded = self.constants[(key, kind, value)] = self.generic(key, value)
+        return encoded
 
     def pair(self, key: str, value: Any) -> bytes:
+        """One KeyValue (with this field's tag and length)."""
         kind = type(value)
         if kind is float:
             prefix = self.doubles.get(key) or self.double_prefix(key)
@@ -219,12 +233,24 @@ class _Keys:
         if kind is dict:
             return self.mapping(key, value)
         if value is None or kind is bool or (kind is int and -1 < value < 256):
-            constant = (key, kind, value)
-            encoded = self.constants.get(constant)
-            if encoded is None:
-                encoded = self.constants[constant] = self.generic(key, value)
-            return encoded
+            return self.constants.get((key, kind, value)) or self.constant(key, kind, value)
         return self.generic(key, value)
+
+    def body(self, mapping: Mapping[Any, Any]) -> bytes:
+        """Every pair of ``mapping`` concatenated: :meth:`pair` inlined, for the hot path."""
+        doubles, constants, parts = self.doubles, self.constants, []
+        for key, value in mapping.items():
+            kind = type(value)
+            if kind is float:
+                prefix = doubles.get(key) or self.double_prefix(key)
+                parts.append(prefix + _pack_double(value))
+            elif kind is dict:
+                parts.append(self.mapping(key, value))
+            elif value is None or kind is bool or (kind is int and -1 < value < 256):
+                parts.append(constants.get((key, kind, value)) or self.constant(key, kind, value))
+            else:
+                parts.append(self.generic(key, value))
+        return b"".join(parts)
 
 
 def _text_key(key: Any) -> bytes:
