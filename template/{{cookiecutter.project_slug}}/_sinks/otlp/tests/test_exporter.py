@@ -26,7 +26,13 @@ from sink_support import (
     otlp_peer,
     read_export,
 )
-from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker, StdoutStderrRecord
+from traceml_exporter_sdk import (
+    ExporterContext,
+    ExportRecord,
+    ExportWorker,
+    StdoutStderrRecord,
+    StepTimeRecord,
+)
 from traceml_exporter_sdk.testing import as_foreign, corpus_records
 from traceml_exporter_sdk.testing.otlp_receiver import Fault, OtlpReceiver
 from traceml_exporter_sdk.testing.strategies import record_batches
@@ -213,6 +219,17 @@ def test_lone_surrogates_are_sent_and_read_back_exactly(
                       "\ud800 lone high".encode("utf-8", "surrogatepass"),
                       "nul \x00 and \u2028"]  # fmt: skip
     assert non_empty(read_export(hostname_context)) == expected(hostile, True)
+
+
+def test_a_lone_surrogate_in_a_map_key_is_sent_escaped(
+    context: ExporterContext, otlp_peer: OtlpReceiver
+) -> None:
+    events = {"bad \udcff phase": {"cpu": {"cpu_ms": 1.5, "n_calls": 1}}}
+    run(context, [StepTimeRecord(1, 0, 0, 0, 1, 1, 0, None, 2, 0, 0, events)])
+    (log,) = otlp_peer.log_records()
+    assert log["attributes"]["traceml.events"] == {
+        "bad \\udcff phase": {"cpu": {"cpu_ms": 1.5, "n_calls": 1}}
+    }
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -23,7 +23,9 @@ The mapping (also in the README):
 * a str that is not valid Unicode (a lone surrogate, e.g. from a stdout byte
   that was not UTF-8) is sent as ``bytes_value`` holding its WTF-8 bytes
   (``str.encode("utf-8", "surrogatepass")``), which protobuf accepts and which
-  decode back to the exact str; it never raises.
+  decode back to the exact str; it never raises. A map key is a protobuf string
+  and cannot be bytes: a lone surrogate in a key is sent as its ``\\udXXX``
+  escape (``backslashreplace``), the one lossy case.
 """
 
 from __future__ import annotations
@@ -254,9 +256,10 @@ class _Keys:
 
 
 def _text_key(key: Any) -> bytes:
+    """A key is a protobuf string: a lone surrogate in it goes as its ``\\udcff`` escape."""
     if not isinstance(key, str):
         raise TypeError(f"map keys must be str to be sent as OTLP attributes, got {key!r}")
-    return key.encode("utf-8", "surrogatepass")
+    return key.encode("utf-8", "backslashreplace")
 
 
 _NESTED = _Keys(_LIST_VALUES)
