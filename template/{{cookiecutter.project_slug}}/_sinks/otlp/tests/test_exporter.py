@@ -224,7 +224,7 @@ def test_lone_surrogates_are_sent_and_read_back_exactly(
 def test_a_lone_surrogate_in_a_map_key_is_sent_escaped(
     context: ExporterContext, otlp_peer: OtlpReceiver
 ) -> None:
-    events = {"bad \udcff phase": {"cpu": {"cpu_ms": 1.5, "n_calls": 1}}}
+    events: dict[str, Any] = {"bad \udcff phase": {"cpu": {"cpu_ms": 1.5, "n_calls": 1}}}
     run(context, [StepTimeRecord(1, 0, 0, 0, 1, 1, 0, None, 2, 0, 0, events)])
     (log,) = otlp_peer.log_records()
     assert log["attributes"]["traceml.events"] == {
