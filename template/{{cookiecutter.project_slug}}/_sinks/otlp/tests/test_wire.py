@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
-from traceml_exporter_sdk import ExportRecord, StdoutStderrRecord
+from traceml_exporter_sdk import ExportRecord, StdoutStderrRecord, StepTimeRecord
 from traceml_exporter_sdk.testing import corpus_records
 from traceml_exporter_sdk.testing.strategies import record_batches
 
@@ -131,6 +131,15 @@ def test_hostile_text_encodes_as_bytes_and_decodes_back(line: str) -> None:
         assert value.bytes_value.decode("utf-8", "surrogatepass") == line
     else:
         assert value.string_value == line == "\x00 nul"
+
+
+@pytest.mark.parametrize(
+    "number", [0, 255, 256, 300, 2**31, 2**63 - 1, 2**63, -1, -(2**63), -(2**63) - 1]
+)
+def test_int_fields_of_every_size_match_the_reference(number: int) -> None:
+    events: dict[str, Any] = {"e": {"cpu": {"n_calls": number}}}
+    record = StepTimeRecord(1, number, number, 0, 1, 1, 0, None, 2, number, number, events)
+    assert encoded_request([record], False) == reference_request([record], False)
 
 
 VALUES: list[Any] = [

@@ -222,6 +222,15 @@ class _Keys:
         head = self.value_heads[key] = self.key_field(key) + _KV_VALUE
         return head
 
+    def integer(self, key: str, value: int) -> bytes:
+        """An ``int_value`` KeyValue without the generic path (seq, step, pid, ...)."""
+        if not 0 <= value < 2**63:
+            return self.generic(key, value)
+        digits = _varint(value)
+        head = self.value_heads.get(key) or self.value_head(key)
+        size = len(head) + 2 + len(digits)  # + the AnyValue's length byte and tag
+        return b"".join((self.tag, _varint(size), head, _SMALL[1 + len(digits)], _INT, digits))
+
     def constant(self, key: str, kind: type, value: Any) -> bytes:
         encoded = self.constants[(key, kind, value)] = self.generic(key, value)
         return encoded
@@ -250,6 +259,8 @@ class _Keys:
                 parts.append(self.mapping(key, value))
             elif value is None or kind is bool or (kind is int and -1 < value < 256):
                 parts.append(constants.get((key, kind, value)) or self.constant(key, kind, value))
+            elif kind is int:
+                parts.append(self.integer(key, value))
             else:
                 parts.append(self.generic(key, value))
         return b"".join(parts)
@@ -304,11 +315,23 @@ class RecordEncoder:
         observed = data.get("observed_timestamp_unix_ns")
         if observed:
             parts.append(_time(_LOG_OBSERVED, observed))
-        pair = self._attributes.pair
-        for name, key in plan.fields:
+        keys = self._attributes
+        doubles, constants = keys.doubles, keys.constants
+        for name, key in plan.fields:  # Keys.pair, inlined: the hot path
             value = data.get(name)
-            if value is not None:
-                parts.append(pair(key, value))
+            if value is None:
+                continue
+            kind = type(value)
+            if kind is float:
+                parts.append((doubles.get(key) or keys.double_prefix(key)) + _pack_double(value))
+            elif kind is bool or (kind is int and -1 < value < 256):
+                parts.append(constants.get((key, kind, value)) or keys.constant(key, kind, value))
+            elif kind is int:
+                parts.append(keys.integer(key, value))
+            elif kind is dict:
+                parts.append(keys.mapping(key, value))
+            else:
+                parts.append(keys.generic(key, value))
         return _length_delimited(_SCOPE_LOGS_RECORDS, b"".join(parts))
 
     def encode_many(self, records: Iterable[ExportRecord]) -> list[bytes]:
