@@ -204,6 +204,16 @@ def test_raw_answers_are_sent_as_given(receiver: OtlpReceiver) -> None:
     assert receiver.log_records() == []
 
 
+def test_drip_sends_a_good_answer_slowly(receiver: OtlpReceiver) -> None:
+    receiver.set_faults(Fault.drip(0.01))
+    start = time.monotonic()
+    code, _, answer = post(receiver, one_record_request())
+    assert code == 200
+    assert logs_service_pb2.ExportLogsServiceResponse.FromString(answer).ByteSize() == 0
+    assert time.monotonic() - start > 0.5  # about 80 bytes of head, 10 ms each
+    assert len(receiver.log_records()) == 1
+
+
 def test_drop_closes_the_connection_without_an_answer(receiver: OtlpReceiver) -> None:
     receiver.set_faults(Fault.drop())
     with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):

@@ -42,6 +42,7 @@ COMMON_FILES = [
 ]
 SINK_FILES = {
     "otlp": [
+        f"src/{DEFAULT_PACKAGE}/_otlp_deadline.py",
         f"src/{DEFAULT_PACKAGE}/_otlp_settings.py",
         f"src/{DEFAULT_PACKAGE}/_otlp_wire.py",
         "tests/sink_support.py",

@@ -127,6 +127,9 @@ class _Handler(BaseHTTPRequestHandler):
             state.bodies.append(body)
             meta["status"] = 200
             meta["accepted_index"] = len(state.bodies) - 1
+        if fault is not None and fault["kind"] == "drip":
+            self._drip(response.SerializeToString(), float(fault["retry_after"]))
+            return
         self._send(200, response.SerializeToString())
 
     def _read_body(self, meta: dict[str, Any]) -> tuple[bytes | None, tuple[int, str] | None]:
@@ -193,6 +196,23 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return True
         return False
+
+    def _drip(self, body: bytes, interval_s: float) -> None:
+        """A whole 200 answer, one byte every ``interval_s`` (until released)."""
+        head = (
+            f"HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode("ascii")
+        release = self.server.state.release
+        self.close_connection = True
+        for byte in head + body:
+            if release.wait(interval_s):
+                return
+            try:
+                self.wfile.write(bytes((byte,)))
+                self.wfile.flush()
+            except OSError:
+                return
 
     def _status(self, code: int, message: str, headers: dict[str, str] | None = None) -> None:
         """An error answer: a serialized google.rpc.Status, as OTLP/HTTP specifies."""

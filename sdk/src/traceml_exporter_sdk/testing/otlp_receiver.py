@@ -44,7 +44,8 @@ class Fault:
     kind: str
     """``status`` (answer ``status``), ``drop`` (close the connection, no answer),
     ``tarpit`` (read the request, never answer), ``partial`` (2xx with
-    ``partial_success``) or ``raw`` (answer ``status`` with ``message`` as the body)."""
+    ``partial_success``), ``raw`` (answer ``status`` with ``message`` as the body) or
+    ``drip`` (a good answer, one byte every ``retry_after`` seconds)."""
     times: int | None = 1
     status: int = 503
     retry_after: str | None = None
@@ -75,6 +76,11 @@ class Fault:
     def partial(cls, rejected: int, *, times: int | None = 1, message: str = "") -> Fault:
         """Accept with ``partial_success.rejected_log_records = rejected`` and a message."""
         return cls("partial", times, 200, None, message or f"rejected {rejected}", rejected)
+
+    @classmethod
+    def drip(cls, interval_s: float, *, times: int | None = 1) -> Fault:
+        """Accept, but send the answer one byte every ``interval_s`` seconds."""
+        return cls("drip", times, 200, str(interval_s))
 
     @classmethod
     def raw(cls, status: int, body: str, *, times: int | None = 1) -> Fault:

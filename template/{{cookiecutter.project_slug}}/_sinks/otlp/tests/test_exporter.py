@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import ssl
 import tempfile
 import threading
 import time
@@ -37,6 +39,7 @@ from traceml_exporter_sdk.testing import as_foreign, corpus_records
 from traceml_exporter_sdk.testing.otlp_receiver import Fault, OtlpReceiver
 from traceml_exporter_sdk.testing.strategies import record_batches
 
+from {{ cookiecutter.package_name }}._otlp_deadline import _bind, deadline
 from {{ cookiecutter.package_name }}.exporter import (
     RECEIPT_FILE,
     {{ cookiecutter.exporter_class }},
@@ -382,6 +385,36 @@ def test_a_collector_that_never_answers_cannot_hang_flush_or_close(
         getattr(exporter, method)()
     assert 0.9 <= time.monotonic() - start < 2.0
     otlp_peer.release()
+
+
+@pytest.mark.usefixtures("deadline_1s")
+def test_a_collector_that_drips_its_answer_cannot_stretch_a_call(
+    context: ExporterContext, otlp_peer: OtlpReceiver, records: list[ExportRecord]
+) -> None:
+    """urllib3 times each socket read; the call's deadline bounds them all together."""
+    exporter = exporter_for(context)
+    exporter.open()
+    otlp_peer.set_faults(Fault.drip(0.2))  # each byte well inside a read timeout
+    exporter.write(records)
+    start = time.monotonic()
+    with pytest.raises(OtlpExportError, match="1 s deadline"):
+        exporter.flush()
+    assert time.monotonic() - start < 1.6
+
+
+def test_every_socket_kind_gets_a_deadline_bound_twin() -> None:
+    """Plain and TLS sockets alike (an https collector) can be bound in place."""
+    with socket.socket() as plain:
+        _bind(plain)
+        assert isinstance(plain, socket.socket)
+        assert type(plain).__name__ == "Deadlinesocket"
+    context = ssl.create_default_context()
+    with context.wrap_socket(socket.socket(), server_hostname="collector") as tls:
+        _bind(tls)
+        assert isinstance(tls, ssl.SSLSocket)
+        assert type(tls).__name__ == "DeadlineSSLSocket"
+        with deadline(time.monotonic() - 1), pytest.raises(TimeoutError, match="deadline"):
+            tls.recv(1)
 
 
 def test_the_worker_never_waits_past_the_deadline_at_exit(

@@ -21,7 +21,8 @@ Delivery:
 * Raised at once, with the status and the collector's message: any other status
   (400, 401, 403, 404, 413, 500, ...), a ``partial_success`` with rejected
   records, an answer that is not an ``ExportLogsServiceResponse``, a TLS error,
-  or no answer before the deadline. Delivery is at least once: a retry after a
+  or no answer before the deadline (every socket wait, even of a collector that
+  drips its answer, gets only the time left: ``_otlp_deadline``). Delivery is at least once: a retry after a
   connection lost mid-request may repeat records the collector had taken.
 
 The rules of TraceML's export contract this class keeps: the factory only copies
@@ -52,6 +53,7 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 from ._contract import ExporterContext, ExportRecord
+from ._otlp_deadline import DeadlineHTTPConnection, DeadlineHTTPSConnection, deadline
 from ._otlp_settings import OtlpSettings, parse_settings, read_environment
 from ._otlp_wire import (
     EVENT_PREFIX,
@@ -147,10 +149,12 @@ class {{ cookiecutter.exporter_class }}:
         }
         if settings.gzip:
             self._headers["Content-Encoding"] = "gzip"
-        tls = settings.tls if settings.endpoint.startswith("https:") else {}
+        tls = settings.tls if url.scheme == "https" else {}
         self._pool = urllib3.connection_from_url(
             settings.endpoint, maxsize=1, block=False, retries=False, **tls
         )
+        https = url.scheme == "https"
+        self._pool.ConnectionCls = DeadlineHTTPSConnection if https else DeadlineHTTPConnection
         try:
             self._post(self._request([]), time.monotonic() + settings.timeout_s)
         except BaseException:
@@ -202,9 +206,9 @@ class {{ cookiecutter.exporter_class }}:
     def _deliver(self) -> None:
         if not self._pending:
             return
-        deadline = time.monotonic() + self._settings().timeout_s
+        until = time.monotonic() + self._settings().timeout_s
         for chunk in self._chunks(self._pending):
-            self._post(self._request(chunk), deadline)
+            self._post(self._request(chunk), until)
         self._delivered.update(self._pending_streams)
         self._pending = []
         self._pending_bytes = 0
@@ -232,8 +236,8 @@ class {{ cookiecutter.exporter_class }}:
     def _request(self, records: list[bytes]) -> bytes:
         return encode_request(*self._envelope, records) if records else b""
 
-    def _post(self, body: bytes, deadline: float) -> None:
-        """POST one request, retrying what is transient until ``deadline``."""
+    def _post(self, body: bytes, until: float) -> None:
+        """POST one request, retrying what is transient, all before ``until`` (monotonic)."""
         settings, pool = self._settings(), self._pool
         if pool is None:
             raise RuntimeError("the HTTP client is closed")
@@ -242,7 +246,7 @@ class {{ cookiecutter.exporter_class }}:
         attempt = 0
         last = "no attempt was made"
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = until - time.monotonic()
             if remaining <= 0:
                 raise OtlpExportError(
                     f"the collector at {endpoint} did not take the records within the "
@@ -251,16 +255,17 @@ class {{ cookiecutter.exporter_class }}:
                 )
             retry_after = 0.0
             try:
-                response = pool.urlopen(
-                    "POST",
-                    self._path,
-                    body=data,
-                    headers=self._headers,
-                    retries=False,
-                    redirect=False,
-                    assert_same_host=False,
-                    timeout=urllib3.Timeout(connect=remaining, read=remaining),
-                )
+                with deadline(until):  # every socket wait, not only each one, ends by then
+                    response = pool.urlopen(
+                        "POST",
+                        self._path,
+                        body=data,
+                        headers=self._headers,
+                        retries=False,
+                        redirect=False,
+                        assert_same_host=False,
+                        timeout=urllib3.Timeout(connect=remaining, read=remaining),
+                    )
             except urllib3.exceptions.SSLError as exc:
                 raise OtlpExportError(f"TLS with {endpoint} failed: {exc}") from exc
             except urllib3.exceptions.HTTPError as exc:
@@ -277,7 +282,7 @@ class {{ cookiecutter.exporter_class }}:
                     raise OtlpExportError(f"the collector at {endpoint} answered {last}")
                 retry_after = _retry_after(response.headers.get("Retry-After"))
             wait = max(self._backoff(attempt), retry_after)
-            if time.monotonic() + wait > deadline:
+            if time.monotonic() + wait > until:
                 raise OtlpExportError(
                     f"the collector at {endpoint} did not take the records: {last}; retrying "
                     f"in {wait:.2f} s would pass the {settings.timeout_s:g} s deadline "
