@@ -21,9 +21,10 @@ Delivery:
 * Raised at once, with the status and the collector's message: any other status
   (400, 401, 403, 404, 413, 500, ...), a ``partial_success`` with rejected
   records, an answer that is not an ``ExportLogsServiceResponse``, a TLS error,
-  or no answer before the deadline (every socket wait, even of a collector that
-  drips its answer, gets only the time left: ``_otlp_deadline``). Delivery is at least once: a retry after a
-  connection lost mid-request may repeat records the collector had taken.
+  or no answer before the deadline (every socket wait, even on a collector that
+  drips its answer, gets only the time left: ``_otlp_deadline``).
+* Delivery is at least once: a retry after a connection lost mid-request may
+  repeat records the collector had taken.
 
 The rules of TraceML's export contract this class keeps: the factory only copies
 settings; the HTTP client (urllib3, one keep-alive connection, no thread) is
