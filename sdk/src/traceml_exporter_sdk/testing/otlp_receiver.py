@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -107,8 +109,12 @@ class OtlpReceiver:
             raise RuntimeError("the receiver is already running")
         self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115
         command = [sys.executable, "-m", f"{__package__}._otlp_server", self.path]
+        # The SDK importable in the child even when this process only had it on sys.path.
+        source = str(Path(__file__).resolve().parents[2])
+        paths = [source, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         self._proc = subprocess.Popen(
             [*command, str(self.max_body)],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
