@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from cli_helpers import error_lines, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 SDK = REPO / "sdk"
+SINKS = json.loads((REPO / "template" / "cookiecutter.json").read_text("utf-8"))["sink"]
 
 
 def _uv() -> list[str] | None:
@@ -188,7 +190,7 @@ def test_existing_folder_exit_3(tmp_path: Path) -> None:
         (
             "sink=bogus",
             "traceml-exporter: error: template variable: bogus provided for choice variable "
-            "sink, but the choices are ['jsonl', 'sqlite'].",
+            f"sink, but the choices are {SINKS}.",
         ),
     ],
 )

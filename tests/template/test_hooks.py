@@ -294,10 +294,12 @@ def _template_python() -> list[ast.Module]:
     """Every Python file of the template, parsed with its Jinja placeholders filled in."""
     trees = []
     template = ROOT / "template"
-    paths = [*(template / "{{cookiecutter.project_slug}}").rglob("*.py")]
+    project = template / "{{cookiecutter.project_slug}}"
+    # a sink's own modules have conditional names: "{% if ... %}_x.py{% endif %}"
+    paths = [p for p in project.rglob("*") if re.sub(r"\{%.*?%\}", "", p.name).endswith(".py")]
     paths += (template / "templates").rglob("*.py")
     for path in paths:
-        text = re.sub(r"\{%.*?%\}", "", path.read_text(encoding="utf-8"))
+        text = re.sub(r"\{([%#]).*?\1\}", "", path.read_text(encoding="utf-8"), flags=re.S)
         text = text.replace("{{ cookiecutter.exporter_class }}", "ZzExporter")
         text = text.replace("{{ cookiecutter.package_name }}", "zz_package")
         text = re.sub(r"\{\{.*?\}\}", "x", text)

@@ -3,6 +3,7 @@ no pip install, a fresh interpreter, the SDK's factory loader (``load_exporter``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -32,8 +33,10 @@ def not_installed(sink: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     return project / "src", f"{package}.exporter:make_exporter"
 
 
-def fresh(args: list[str], cwd: Path, pythonpath: Path | None) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def fresh(
+    args: list[str], cwd: Path, pythonpath: Path | None, extra: dict[str, str] | None = None
+) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | (extra or {})
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     result = run([sys.executable, *args], cwd=cwd, env=env)
@@ -60,11 +63,20 @@ def test_loaded_by_load_exporter_with_pythonpath_alone(
 
 
 def test_corpus_replayed_through_export_worker(
-    not_installed: tuple[Path, str], tmp_path: Path
+    not_installed: tuple[Path, str], tmp_path: Path, sink: str
 ) -> None:
     src, spec = not_installed
     replay = ROOT / "tests" / "template" / "replay_corpus.py"
-    code, output = fresh([str(replay), spec, str(tmp_path / "run")], tmp_path, src)
+    with contextlib.ExitStack() as stack:
+        extra = {}
+        if sink == "otlp":  # a network sink needs its peer: the SDK's OTLP receiver
+            from traceml_exporter_sdk.testing.otlp_receiver import OtlpReceiver
+
+            peer = stack.enter_context(OtlpReceiver())
+            extra["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"] = peer.endpoint
+        code, output = fresh([str(replay), spec, str(tmp_path / "run")], tmp_path, src, extra)
+        if sink == "otlp":
+            assert len(peer.log_records()) > 0
     assert code == 0, output
     assert "delivered" in output
     assert any((tmp_path / "run" / "aggregator" / "export").iterdir())
