@@ -70,7 +70,7 @@ TEMPLATE_NAMES = frozenset(
         "Fault", "FieldDescriptor", "HTTPConnection", "HTTPSConnection", "HealthCheck",
         "LOGS_PATH", "MAX_BUFFER_BYTES", "MAX_REQUEST_BYTES", "OtlpExportError", "OtlpReceiver",
         "OtlpSettings", "RECEIPT_FILE", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
-        "TIMESTAMPS", "VALUES",
+        "TIMESTAMPS", "VALUES", "KEY_ESCAPE",
     }
 )  # fmt: skip
 """Names an exporter class may not take: its module or its tests already bind them."""

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     )
     from .environment import Env
     from .errors import ConformanceConfigError, ReadBackNotImplementedError
-    from .keys import THROUGHPUT_PROPERTY
     from .expected import expected_by_stream
+    from .keys import THROUGHPUT_PROPERTY
     from .readback import group_by_stream, read_jsonl, read_jsonl_lines
     from .registry import GROUPS, Check
 

@@ -27,7 +27,7 @@ from traceml_exporter_sdk import ExporterContext
 from traceml_exporter_sdk.records import RECORD_TYPE_BY_STREAM
 from traceml_exporter_sdk.testing.otlp_receiver import Fault, OtlpReceiver
 
-from {{ cookiecutter.package_name }}._otlp_wire import EVENT_PREFIX, attribute_key
+from {{ cookiecutter.package_name }}._otlp_wire import EVENT_PREFIX, attribute_key, key_from_wire
 from {{ cookiecutter.package_name }}.exporter import RECEIPT_FILE
 
 __all__ = [
@@ -102,11 +102,11 @@ def _instances(context: ExporterContext) -> set[str]:
 
 
 def _text(value: Any) -> Any:
-    """Undo the sink's one non-identity value rule: WTF-8 bytes back to the exact str."""
+    """Undo the sink's text rules: WTF-8 bytes back to the exact str, escaped map keys."""
     if isinstance(value, bytes):
         return value.decode("utf-8", "surrogatepass")
     if isinstance(value, dict):
-        return {k: _text(v) for k, v in value.items()}
+        return {key_from_wire(k): _text(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_text(v) for v in value]
     return value

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +101,8 @@ def test_records_round_trip_with_hostname(
     hostname_context: ExporterContext, records: list[ExportRecord]
 ) -> None:
     run(hostname_context, records)
-    assert non_empty(read_export(hostname_context)) == expected_by_stream(records, include_hostname=True)
+    expected = expected_by_stream(records, include_hostname=True)
+    assert non_empty(read_export(hostname_context)) == expected
 
 
 def test_corpus_round_trips(context: ExporterContext) -> None:
@@ -213,18 +214,24 @@ def test_lone_surrogates_are_sent_and_read_back_exactly(
     assert values == ["bad byte \udcff here".encode("utf-8", "surrogatepass"),
                       "\ud800 lone high".encode("utf-8", "surrogatepass"),
                       "nul \x00 and \u2028"]  # fmt: skip
-    assert non_empty(read_export(hostname_context)) == expected_by_stream(hostile, include_hostname=True)
+    expected = expected_by_stream(hostile, include_hostname=True)
+    assert non_empty(read_export(hostname_context)) == expected
 
 
-def test_a_lone_surrogate_in_a_map_key_is_sent_escaped(
+def test_a_lone_surrogate_in_a_map_key_is_sent_escaped_and_read_back_exactly(
     context: ExporterContext, otlp_peer: OtlpReceiver
 ) -> None:
-    events: dict[str, Any] = {"bad \udcff phase": {"cpu": {"cpu_ms": 1.5, "n_calls": 1}}}
-    run(context, [StepTimeRecord(1, 0, 0, 0, 1, 1, 0, None, 2, 0, 0, events)])
+    stats = {"cpu": {"cpu_ms": 1.5, "n_calls": 1}}
+    events: dict[str, Any] = {"bad \udcff phase": stats, "\\x": stats, "plain \\u": stats}
+    record = StepTimeRecord(1, 0, 0, 0, 1, 1, 0, None, 2, 0, 0, events)
+    run(context, [record])
     (log,) = otlp_peer.log_records()
     assert log["attributes"]["traceml.events"] == {
-        "bad \\udcff phase": {"cpu": {"cpu_ms": 1.5, "n_calls": 1}}
+        "\\bad \\udcff phase": stats,
+        "\\\\\\x": stats,
+        "plain \\u": stats,
     }
+    assert non_empty(read_export(context)) == expected_by_stream([record])
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
