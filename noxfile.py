@@ -87,12 +87,24 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "--config-file", str(SDK / "pyproject.toml"), str(SDK / "src"))
 
 
+# bench_otlp.py: the baked otlp sink's dependencies, the SDK's peer, the official pipeline.
+BENCH_OTLP = [
+    "-e",
+    f"{SDK}[otlp]",
+    "cookiecutter>=2.6",
+    "urllib3>=2.0",
+    "opentelemetry-sdk>=1.33",
+    "opentelemetry-exporter-otlp-proto-http>=1.33",
+]
+
+
 @nox.session(python=MAIN_PYTHON, default=False)
 def bench(session: nox.Session) -> None:
     """Throughput and memory figures against baselines measured in the same run."""
     _install_sdk(session)
     session.install("--no-deps", TRACEML_ORACLE)
     session.install("psycopg[binary]>=3.2", "orjson>=3.9", "cookiecutter>=2.5")  # bench_postgres
+    session.install(*BENCH_OTLP)
     for script in sorted((ROOT / "tests" / "benchmarks").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)
 

@@ -16,6 +16,7 @@ from cli_helpers import error_lines, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 SDK = REPO / "sdk"
+SINKS = json.loads((REPO / "template" / "cookiecutter.json").read_text("utf-8"))["sink"]
 
 
 def _uv() -> list[str] | None:
@@ -182,11 +183,6 @@ def test_existing_folder_exit_3(tmp_path: Path) -> None:
     ]
 
 
-SINK_CHOICES = json.loads(
-    (Path(__file__).resolve().parents[2] / "template" / "cookiecutter.json").read_text("utf-8")
-)["sink"]
-
-
 @pytest.mark.parametrize(
     ("arg", "message"),
     [
@@ -194,7 +190,7 @@ SINK_CHOICES = json.loads(
         (
             "sink=bogus",
             "traceml-exporter: error: template variable: bogus provided for choice variable "
-            f"sink, but the choices are {SINK_CHOICES}.",
+            f"sink, but the choices are {SINKS}.",
         ),
     ],
 )

@@ -44,12 +44,6 @@ COMMON_FILES = [
     "tests/test_conformance.py",
     "tests/test_exporter.py",
 ]
-SINK_EXTRA_FILES = {
-    "postgres": [f"src/{DEFAULT_PACKAGE}/_postgres_schema.py"],
-}
-"""Files only one sink kind bakes (conditional names in the project folder)."""
-
-
 SINK_FILES = {
     f"src/{DEFAULT_PACKAGE}/exporter.py": "exporter.py",
     "tests/sink_support.py": "sink_support.py",
@@ -57,9 +51,20 @@ SINK_FILES = {
 }
 """Project file -> the file of the chosen sink's folder it includes."""
 
+EXTRA_FILES = {
+    "postgres": [f"src/{DEFAULT_PACKAGE}/_postgres_schema.py"],
+    "otlp": [
+        f"src/{DEFAULT_PACKAGE}/_otlp_deadline.py",
+        f"src/{DEFAULT_PACKAGE}/_otlp_settings.py",
+        f"src/{DEFAULT_PACKAGE}/_otlp_wire.py",
+        "tests/test_otlp_wire.py",
+    ],
+}
+"""Sink -> the files only it has (conditional file names in the project folder)."""
+
 
 def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:
-    assert files_of(baked) == sorted(COMMON_FILES + SINK_EXTRA_FILES.get(sink, []))
+    assert files_of(baked) == sorted(COMMON_FILES + EXTRA_FILES.get(sink, []))
     for project_file, sink_file in SINK_FILES.items():
         baked_lines = (baked / project_file).read_text("utf-8").splitlines()
         source_lines = (SINKS_DIR / sink / sink_file).read_text("utf-8").splitlines()

@@ -35,14 +35,20 @@ def not_installed(sink: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 
 @pytest.fixture
 def sink_env(sink: str) -> Iterator[dict[str, str]]:
-    """Environment a sink's peer needs: for postgres, libpq's PG* for a throwaway server."""
-    if sink != "postgres":
-        yield {}
-        return
-    from traceml_exporter_sdk.testing.postgres_server import postgres_server
+    """Environment a sink's peer needs: a throwaway PostgreSQL, or the SDK's OTLP receiver."""
+    if sink == "postgres":
+        from traceml_exporter_sdk.testing.postgres_server import postgres_server
 
-    with postgres_server() as server:
-        yield server.env()
+        with postgres_server() as server:
+            yield server.env()
+    elif sink == "otlp":
+        from traceml_exporter_sdk.testing.otlp_receiver import OtlpReceiver
+
+        with OtlpReceiver() as peer:
+            yield {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": peer.endpoint}
+            assert len(peer.log_records()) > 0, "the corpus never reached the receiver"
+    else:
+        yield {}
 
 
 def fresh(
