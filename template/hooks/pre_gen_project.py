@@ -69,13 +69,12 @@ TEMPLATE_NAMES = frozenset(
         "RecordBatch", "RuntimeEnvironmentRecord", "SCHEMA_VERSION", "StdoutStderrRecord",
         "StepMemoryRecord", "StepTimeRecord", "SystemGpuRecord", "SystemRecord", "CHECKS",
         "Check", "ConformanceConfigError", "ExporterConformance", "ReadBackNotImplementedError",
-        "HOSTILE", "HOSTILE_TEXT", "TYPE_CHECKING", "Counter",
+        "HOSTILE", "TYPE_CHECKING", "Counter",
         # bound by the otlp sink's modules and tests (and what they import)
         "DEFAULT_ENDPOINT", "DEFAULT_SERVICE_NAME", "DEFAULT_TIMEOUT_MS", "DeadlineHTTPConnection",
         "DeadlineHTTPSConnection", "DecodeError", "Descriptor", "ENDPOINT_VARIABLE", "EVENT_PREFIX",
-        "Fault", "FieldDescriptor", "HTTPConnection", "HTTPSConnection", "HealthCheck",
-        "LOGS_PATH", "MAX_BUFFER_BYTES", "MAX_REQUEST_BYTES", "OtlpExportError", "OtlpReceiver",
-        "OtlpSettings", "RECEIPT_FILE", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
+        "Fault", "FieldDescriptor", "HTTPConnection", "HTTPSConnection", "LOGS_PATH", "MAX_BUFFER_BYTES", "MAX_REQUEST_BYTES", "OtlpExportError", "OtlpReceiver",
+        "OtlpSettings", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
         "TIMESTAMPS", "VALUES", "KEY_ESCAPE",
     }
 )  # fmt: skip
