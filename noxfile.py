@@ -61,10 +61,15 @@ def _install_sdk(session: nox.Session, *groups: str) -> None:
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """Unit, property and differential tests of the SDK (traceml-ai 0.5.0 as the oracle)."""
+    """Unit, property and differential tests of the SDK (traceml-ai 0.5.0 as the oracle).
+
+    One pytest worker per core (pytest-xdist): four Pythons run the whole suite, and
+    CI's whole ``nox`` run must stay under 15 minutes on two cores.
+    """
     _install_sdk(session, "test")
     session.install("--no-deps", TRACEML_ORACLE)
-    session.run("pytest", "tests", "--ignore=tests/template", *session.posargs)
+    args = session.posargs or ["-n", "auto"]
+    session.run("pytest", "tests", "--ignore=tests/template", *args)
 
 
 @nox.session(python=MAIN_PYTHON)
@@ -82,12 +87,25 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "--config-file", str(SDK / "pyproject.toml"), str(SDK / "src"))
 
 
+# bench_otlp.py: the baked otlp sink's dependencies, the SDK's peer, the official pipeline.
+BENCH_OTLP = [
+    "-e",
+    f"{SDK}[otlp]",
+    "cookiecutter>=2.6",
+    "urllib3>=2.0",
+    "opentelemetry-sdk>=1.33",
+    "opentelemetry-exporter-otlp-proto-http>=1.33",
+]
+
+
 @nox.session(python=MAIN_PYTHON, default=False)
 def bench(session: nox.Session) -> None:
     """Throughput and memory figures against baselines measured in the same run."""
     _install_sdk(session)
     session.install("--no-deps", TRACEML_ORACLE)
-    session.install("pyarrow>=18", "cookiecutter>=2.6")  # bench_parquet bakes the parquet sink
+    session.install("psycopg[binary]>=3.2", "orjson>=3.9", "cookiecutter>=2.5")  # bench_postgres
+    session.install(*BENCH_OTLP)
+    session.install("pyarrow>=18")  # bench_parquet bakes the parquet sink (cookiecutter: above)
     for script in sorted((ROOT / "tests" / "benchmarks").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)
 
@@ -138,7 +156,8 @@ def template(session: nox.Session, sink: str) -> None:
         f"--sink={sink}",
         f"--baked={project}",
         *session.posargs,
-        env={"TRACEML_EXPORTER_SDK": str(SDK)},
+        # The postgres sink's tests fail instead of skipping when no server can be had.
+        env={"TRACEML_EXPORTER_SDK": str(SDK), "TRACEML_EXPORTER_REQUIRE_POSTGRES": "1"},
     )
 
 

@@ -54,7 +54,13 @@ TEMPLATE_NAMES = frozenset(
         "Any", "ByStream", "Callable", "ClassVar", "DATABASE_FILE", "Expected", "IO",
         "Iterable", "JSON_TYPE", "Mapping", "NS", "PYPROJECT", "PYTHONS", "Path", "Protocol",
         "ROOT", "ROW_ID", "RUNS_TABLE", "Requirement", "SDK", "SDK_NAME", "SUMMARY_FILE",
-        "Sequence", "Iterator", "Final", "Literal", "TypeAlias", "Self", "HOSTILE_TEXT",
+        "Sequence", "Iterator", "Final", "Literal", "TypeAlias", "Self",
+        "HOSTILE_TEXT", "HealthCheck",
+        # the postgres sink's exporter, schema module and tests
+        "APPLICATION_NAME", "Buffer", "CONNECT_TIMEOUT_S", "CONNINFO_ENV", "CommitAnswerDropper",
+        "DEFAULT_SCHEMA", "Database", "FLUSHES_TABLE", "Layout", "PostgresServer",
+        "PostgresUnavailableError", "RECEIPT_FILE", "REQUIRE_ENV", "SCHEMA_ENV", "SINK_COLUMNS",
+        "STATEMENT_TIMEOUT_MS", "STREAM_COLUMNS", "UNIQUE_VIEW_SUFFIX",
         # the parquet sink's modules and tests
         "BACKLOG_BYTES", "BATCH", "BIG_FILE_ROWS", "CLOSE_GRACE_S", "COMPRESSION",
         "CONTRACT_VERSION", "DRIVER", "EVENTS_TYPE", "EXACT_TEXT", "FIELD_TYPES", "FLUSHES",
@@ -70,6 +76,13 @@ TEMPLATE_NAMES = frozenset(
         "RecordBatch", "RuntimeEnvironmentRecord", "SCHEMA_VERSION", "StdoutStderrRecord",
         "StepMemoryRecord", "StepTimeRecord", "SystemGpuRecord", "SystemRecord", "CHECKS",
         "Check", "ConformanceConfigError", "ExporterConformance", "ReadBackNotImplementedError",
+        "HOSTILE", "TYPE_CHECKING", "Counter",
+        # bound by the otlp sink's modules and tests (and what they import)
+        "DEFAULT_ENDPOINT", "DEFAULT_SERVICE_NAME", "DEFAULT_TIMEOUT_MS", "DeadlineHTTPConnection",
+        "DeadlineHTTPSConnection", "DecodeError", "Descriptor", "ENDPOINT_VARIABLE", "EVENT_PREFIX",
+        "Fault", "FieldDescriptor", "HTTPConnection", "HTTPSConnection", "LOGS_PATH", "MAX_BUFFER_BYTES", "MAX_REQUEST_BYTES", "OtlpExportError", "OtlpReceiver",
+        "OtlpSettings", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
+        "TIMESTAMPS", "VALUES", "KEY_ESCAPE",
     }
 )  # fmt: skip
 """Names an exporter class may not take: its module or its tests already bind them."""

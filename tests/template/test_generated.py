@@ -44,8 +44,6 @@ COMMON_FILES = [
     "tests/test_conformance.py",
     "tests/test_exporter.py",
 ]
-
-
 SINK_FILES = {
     f"src/{DEFAULT_PACKAGE}/exporter.py": "exporter.py",
     "tests/sink_support.py": "sink_support.py",
@@ -54,6 +52,13 @@ SINK_FILES = {
 """Project file -> the file of the chosen sink's folder it includes."""
 
 EXTRA_FILES = {
+    "postgres": [f"src/{DEFAULT_PACKAGE}/_postgres_schema.py"],
+    "otlp": [
+        f"src/{DEFAULT_PACKAGE}/_otlp_deadline.py",
+        f"src/{DEFAULT_PACKAGE}/_otlp_settings.py",
+        f"src/{DEFAULT_PACKAGE}/_otlp_wire.py",
+        "tests/test_otlp_wire.py",
+    ],
     "parquet": [
         f"src/{DEFAULT_PACKAGE}/_parquet_arrow.py",
         f"src/{DEFAULT_PACKAGE}/_parquet_events.py",
@@ -66,7 +71,7 @@ EXTRA_FILES = {
         "tests/test_parquet_readers.py",
     ],
 }
-"""Files only one sink bakes (conditional names in the project tree), by sink."""
+"""Sink -> the files only it has (conditional file names in the project folder)."""
 
 
 def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:

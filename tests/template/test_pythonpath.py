@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,8 +33,28 @@ def not_installed(sink: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     return project / "src", f"{package}.exporter:make_exporter"
 
 
-def fresh(args: list[str], cwd: Path, pythonpath: Path | None) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+@pytest.fixture
+def sink_env(sink: str) -> Iterator[dict[str, str]]:
+    """Environment a sink's peer needs: a throwaway PostgreSQL, or the SDK's OTLP receiver."""
+    if sink == "postgres":
+        from traceml_exporter_sdk.testing.postgres_server import postgres_server
+
+        with postgres_server() as server:
+            yield server.env()
+    elif sink == "otlp":
+        from traceml_exporter_sdk.testing.otlp_receiver import OtlpReceiver
+
+        with OtlpReceiver() as peer:
+            yield {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": peer.endpoint}
+            assert len(peer.log_records()) > 0, "the corpus never reached the receiver"
+    else:
+        yield {}
+
+
+def fresh(
+    args: list[str], cwd: Path, pythonpath: Path | None, extra_env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | (extra_env or {})
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     result = run([sys.executable, *args], cwd=cwd, env=env)
@@ -60,11 +81,11 @@ def test_loaded_by_load_exporter_with_pythonpath_alone(
 
 
 def test_corpus_replayed_through_export_worker(
-    not_installed: tuple[Path, str], tmp_path: Path
+    not_installed: tuple[Path, str], tmp_path: Path, sink_env: dict[str, str]
 ) -> None:
     src, spec = not_installed
     replay = ROOT / "tests" / "template" / "replay_corpus.py"
-    code, output = fresh([str(replay), spec, str(tmp_path / "run")], tmp_path, src)
+    code, output = fresh([str(replay), spec, str(tmp_path / "run")], tmp_path, src, sink_env)
     assert code == 0, output
     assert "delivered" in output
     assert any((tmp_path / "run" / "aggregator" / "export").iterdir())

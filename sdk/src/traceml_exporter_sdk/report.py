@@ -1,0 +1,118 @@
+"""What a finished export accounts for, and ``finalization_warning.json`` that records a loss."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+__all__ = [
+    "LOG",
+    "WARNING_FILE",
+    "ExportFailure",
+    "ExportReport",
+    "Method",
+    "describe_exception",
+    "log_error",
+    "write_warning_file",
+]
+
+LOG = logging.getLogger("traceml_exporter_sdk")
+WARNING_FILE = "finalization_warning.json"
+
+
+Method = Literal["factory", "open", "write", "flush", "close", "worker"]
+"""Where export stopped; ``worker`` is the worker thread itself ending early."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExportFailure:
+    """The one failure that stopped export: which call, and what it raised."""
+
+    method: Method
+    error: str
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What a finished worker accounts for; the figures of ``finalization_warning.json``."""
+
+    exporter: str
+    admitted_records: int
+    delivered_records: int
+    dropped_batches: int
+    skipped_units: int
+    admitted_by_stream: dict[str, int] = field(default_factory=dict)
+    failure: ExportFailure | None = None
+    timed_out: bool = False
+    warning_path: Path | None = None
+    warning_error: str | None = None
+    """Why ``finalization_warning.json`` could not be written, when it had to be and was not."""
+
+    @property
+    def failed_records(self) -> int:
+        """Admitted records never delivered (0 for a healthy exporter that finished)."""
+        return self.admitted_records - self.delivered_records
+
+    @property
+    def exporter_failed(self) -> bool:
+        return self.failure is not None
+
+    def warning_block(self) -> dict[str, Any]:
+        """The ``export`` block written to ``finalization_warning.json``."""
+        return {
+            "exporter": self.exporter,
+            "exporter_failed": self.exporter_failed,
+            "failed_method": self.failure.method if self.failure else None,
+            "error": self.failure.error if self.failure else None,
+            "admitted_records": self.admitted_records,
+            "failed_records": self.failed_records,
+            "dropped_batches": self.dropped_batches,
+            "timed_out": self.timed_out,
+        }
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` for any exception, also one whose ``str()`` raises (never raises)."""
+    try:
+        name = type(exc).__name__
+    except BaseException:  # a metaclass whose __name__ raises
+        name = "BaseException"
+    try:
+        message = str(exc)
+    except BaseException:
+        return f"{name}: <unprintable {name}>"
+    return f"{name}: {message}"
+
+
+def log_error(message: str, *args: object) -> None:
+    """Log, but never let a raising handler or filter end the worker thread."""
+    with contextlib.suppress(Exception):
+        LOG.error(message, *args)
+
+
+def write_warning_file(
+    session_root: Path, content: dict[str, Any]
+) -> tuple[Path | None, str | None]:
+    """Write ``content`` as ``<session_root>/aggregator/finalization_warning.json``.
+
+    Written to a ``.tmp`` file and renamed into place. Returns ``(path, None)``,
+    or ``(None, why)`` when it could not be written; that is logged at ERROR too,
+    with the content, so the loss it records is never silent.
+    """
+    path = session_root / "aggregator" / WARNING_FILE
+    tmp = path.with_suffix(".json.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(orjson.dumps(content, option=orjson.OPT_INDENT_2))
+        os.replace(tmp, path)
+    except OSError as exc:
+        reason = f"could not write {path}: {exc.strerror or exc}"
+        log_error("[TraceML] %s; what it records: %s", reason, content)
+        return None, reason
+    return path, None

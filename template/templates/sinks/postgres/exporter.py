@@ -1,0 +1,368 @@
+"""{{ cookiecutter.exporter_class }}: one PostgreSQL table per stream, loaded with COPY.
+
+Select it in TraceML with ``{{ cookiecutter.package_name }}.exporter:make_exporter``.
+
+Where: libpq's own environment (``PGHOST``, ``PGPORT``, ``PGDATABASE``,
+``PGUSER``, ``PGPASSWORD``, ``PGSSLMODE``, ``PGSERVICE``, ``~/.pgpass`` ...),
+read by libpq itself; ``TRACEML_POSTGRES_CONNINFO`` may add a conninfo string
+(``"host=db port=5432"``) and ``TRACEML_POSTGRES_SCHEMA`` names the schema
+(``traceml`` by default). Tables and columns: see ``_postgres_schema.py`` and the README.
+
+Delivery: ``write`` only buffers the records, by stream; ``flush`` (and
+``close``) turns them into rows while it streams them with COPY (so the server
+parses one part while Python makes the next), in one transaction with a row in
+``_export_flushes``, and commits; the records are delivered once the commit returns. A lost
+connection or a failed commit gets one reconnect: if that flush's row is in
+``_export_flushes`` the commit had happened, otherwise the same buffer is
+sent again, so nothing is lost or doubled; a second failure is raised with
+the server's message. Any other error (authentication, permissions, a column
+that cannot be widened) is raised at once. Every wait is bounded:
+``connect_timeout`` and ``statement_timeout`` of 5 s, so a failing flush
+(two statements and one connect) ends within 15 s, under TraceML's shutdown budget.
+
+The rules of TraceML's export contract this class keeps:
+
+* the factory only stores settings; the connection is made in ``open()``,
+  on the export worker's thread, which makes every later call;
+* records are told apart by ``record.STREAM``, never by their class;
+* ``close(*, dropped_batches=0)`` delivers what was written, logs the run in
+  ``_export_runs`` and closes the connection;
+* any method that raises has closed its connection first (the worker then
+  calls nothing more, not even ``close``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ._contract import ExporterContext, ExportRecord
+from ._postgres_schema import (
+    STREAM_COLUMNS,
+    Layout,
+    ensure_table,
+    layout_for,
+)
+
+__all__ = [
+    "APPLICATION_NAME",
+    "CONNINFO_ENV",
+    "DEFAULT_SCHEMA",
+    "RECEIPT_FILE",
+    "SCHEMA_ENV",
+    "{{ cookiecutter.exporter_class }}",
+    "make_exporter",
+]
+
+SCHEMA_ENV = "TRACEML_POSTGRES_SCHEMA"
+CONNINFO_ENV = "TRACEML_POSTGRES_CONNINFO"
+DEFAULT_SCHEMA = "traceml"
+APPLICATION_NAME = "traceml-exporter"
+"""libpq's ``fallback_application_name``: ``PGAPPNAME`` still wins."""
+CONNECT_TIMEOUT_S = 5
+STATEMENT_TIMEOUT_MS = 5_000
+RECEIPT_FILE = "postgres_runs.jsonl"
+"""``<export_dir>/postgres_runs.jsonl``: one line per ``open()`` naming the run id and schema."""
+
+FLUSHES_TABLE = "_export_flushes"
+RUNS_TABLE = "_export_runs"
+
+Buffer = dict[Layout, list[ExportRecord]]
+
+
+def _transient(error: BaseException) -> bool:
+    """A lost connection, a server going away or a serialization failure: worth one retry."""
+    if isinstance(error, psycopg.OperationalError):
+        return True
+    state = getattr(error, "sqlstate", None) or ""
+    return isinstance(error, psycopg.Error) and state.startswith("40")
+
+
+class {{ cookiecutter.exporter_class }}:
+    """COPY every record into the table named by its ``record.STREAM``."""
+
+    def __init__(  # noqa: PLR0913 - keyword-only settings
+        self,
+        export_dir: Path,
+        session_root: Path,
+        streams: Sequence[str],
+        *,
+        include_hostname: bool = False,
+        schema: str = DEFAULT_SCHEMA,
+        conninfo: str = "",
+    ) -> None:
+        # No connection here: the factory runs on another thread than open/write/flush/close.
+        self.export_dir = export_dir
+        self.session_root = session_root
+        self.streams = tuple(streams)
+        self.include_hostname = include_hostname
+        self.schema = schema
+        self.conninfo = conninfo
+        self.run_id = ""
+        self._conn: psycopg.Connection[Any] | None = None
+        self._layouts: dict[str, Layout] = {}
+        self._ready: set[tuple[str, tuple[str, ...]]] = set()
+        self._rows: Buffer = {}
+        self._buffered = 0
+        self._written: dict[str, int] = {}
+        self._flushes = 0
+        self._state = "new"
+
+    # -- the four methods --------------------------------------------------------------
+
+    def open(self) -> None:
+        """Connect, create the schema and the selected streams' tables, write the receipt."""
+        if self._state != "new":
+            raise RuntimeError(f"open() called on a {self._state} exporter")
+        self._state = "failed"  # until the connection is ready
+        self.run_id = str(uuid.uuid4())
+        conn = self._connect()
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                self._lock(cur)
+                self._create_schema(cur)
+                for stream in self.streams:
+                    columns = STREAM_COLUMNS.get(stream)
+                    if columns is not None:
+                        ensure_table(cur, self.schema, stream, columns)
+                        self._ready.add((stream, columns))
+            self.export_dir.mkdir(parents=True, exist_ok=True)
+            receipt = {
+                "run_id": self.run_id,
+                "schema": self.schema,
+                "session_root": str(self.session_root),
+                "opened_unix_ns": time.time_ns(),
+            }
+            with (self.export_dir / RECEIPT_FILE).open("a", encoding="utf-8") as out:
+                out.write(json.dumps(receipt) + "\n")
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        self._state = "open"
+
+    def write(self, records: Sequence[ExportRecord]) -> None:
+        """Buffer the batch, by stream; nothing is sent until ``flush``."""
+        self._connection("write")
+        try:
+            layouts = self._layouts
+            rows = self._rows
+            for record in records:
+                stream = record.STREAM
+                layout = layouts.get(stream)
+                if layout is None or (
+                    layout.record_columns is not record.COLUMNS
+                    and layout.record_columns != tuple(record.COLUMNS)
+                ):
+                    layout = layouts[stream] = layout_for(
+                        stream, record.COLUMNS, include_hostname=self.include_hostname
+                    )
+                batch = rows.get(layout)
+                if batch is None:
+                    rows[layout] = [record]
+                else:
+                    batch.append(record)
+            self._buffered += len(records)
+        except BaseException:
+            self._abort()
+            raise
+
+    def flush(self) -> None:
+        """COPY the buffer in one transaction and commit; then it counts as delivered."""
+        conn = self._connection("flush")
+        if not self._rows:
+            return
+        try:
+            self._deliver(conn, closing=None)
+        except BaseException:
+            self._abort()
+            raise
+
+    def close(self, *, dropped_batches: int = 0) -> None:
+        """Deliver what is buffered, log the run in ``_export_runs`` and close the connection.
+
+        ``dropped_batches`` is the number of payload batches TraceML's worker
+        never handed to ``write``: one count for the whole worker.
+        """
+        conn = self._connection("close")
+        try:
+            self._deliver(conn, closing=dropped_batches)
+            last, self._conn = self._conn, None  # the reconnected one, after a retry
+            if last is not None:
+                last.close()
+        except BaseException:
+            self._abort()
+            raise
+        self._state = "closed"
+
+    # -- delivery ------------------------------------------------------------------------
+
+    def _deliver(self, conn: psycopg.Connection[Any], closing: int | None) -> None:
+        """Load and commit; after a transient failure, reconnect once and finish the job."""
+        try:
+            self._load(conn, closing)
+        except psycopg.Error as first:
+            if not _transient(first):
+                raise
+            self._conn = None
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+            conn = self._connect()
+            self._conn = conn
+            if self._committed(conn):
+                self._delivered(self._flushes + 1)
+            else:
+                self._load(conn, closing)
+
+    def _load(self, conn: psycopg.Connection[Any], closing: int | None) -> None:
+        seq = self._flushes + 1
+        prefix = (self.run_id, str(self.session_root))
+        with conn.transaction(), conn.cursor() as cur:
+            for layout, rows in self._rows.items():
+                key = (layout.stream, layout.record_columns)
+                if key not in self._ready:
+                    self._lock(cur)
+                    self._create_schema(cur)
+                    ensure_table(cur, self.schema, layout.stream, layout.record_columns)
+                copy = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
+                    sql.Identifier(self.schema),
+                    sql.Identifier(layout.stream),
+                    sql.SQL(", ").join(map(sql.Identifier, layout.columns)),
+                )
+                # Rows are made while the COPY streams: the server parses the
+                # previous ones (jsonb above all) on another core meanwhile.
+                row = layout.row
+                with cur.copy(copy) as pipe:
+                    for record in rows:
+                        pipe.write_row(row(record.to_dict(), prefix))
+            cur.execute(
+                sql.SQL(
+                    "INSERT INTO {} (run_id, flush_seq, session_root, records) "
+                    "VALUES (%s, %s, %s, %s)"
+                ).format(self._meta(FLUSHES_TABLE)),
+                (self.run_id, seq, str(self.session_root), self._buffered),
+            )
+            if closing is not None:
+                written = dict(self._written)
+                for layout, rows in self._rows.items():
+                    written[layout.stream] = written.get(layout.stream, 0) + len(rows)
+                cur.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (run_id, session_root, dropped_batches, written_records) "
+                        "VALUES (%s, %s, %s, %s)"
+                    ).format(self._meta(RUNS_TABLE)),
+                    (self.run_id, str(self.session_root), _as_int(closing),
+                     json.dumps(written)),
+                )  # fmt: skip
+        self._delivered(seq)
+
+    def _delivered(self, seq: int) -> None:
+        """The commit of flush ``seq`` happened: the buffer is now the server's."""
+        for layout, rows in self._rows.items():
+            self._written[layout.stream] = self._written.get(layout.stream, 0) + len(rows)
+            self._ready.add((layout.stream, layout.record_columns))
+        self._rows = {}
+        self._buffered = 0
+        self._flushes = seq
+
+    def _committed(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether the flush that failed had committed (its ``_export_flushes`` row exists)."""
+        with conn.cursor() as cur:
+            found = cur.execute(
+                sql.SQL("SELECT 1 FROM {} WHERE run_id = %s AND flush_seq = %s").format(
+                    self._meta(FLUSHES_TABLE)
+                ),
+                (self.run_id, self._flushes + 1),
+            ).fetchone()
+        return found is not None
+
+    # -- connection ----------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A connection in autocommit (transactions are explicit), with bounded waits."""
+        conn = psycopg.connect(
+            self.conninfo,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            fallback_application_name=APPLICATION_NAME,
+        )
+        try:
+            conn.execute(
+                "SELECT set_config('statement_timeout', %s, false), "
+                "set_config('lock_timeout', %s, false)",
+                (str(STATEMENT_TIMEOUT_MS), str(STATEMENT_TIMEOUT_MS)),
+            )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _connection(self, method: str) -> psycopg.Connection[Any]:
+        if self._state != "open" or self._conn is None:
+            hint = "; call open() first" if self._state == "new" else ""
+            raise RuntimeError(f"{method}() called on a {self._state} exporter{hint}")
+        return self._conn
+
+    def _abort(self) -> None:
+        """After a failure: close the connection (the open transaction is rolled back)."""
+        self._state = "failed"
+        conn, self._conn = self._conn, None
+        self._rows = {}
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _meta(self, name: str) -> sql.Composed:
+        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(name))
+
+    def _lock(self, cur: psycopg.Cursor[Any]) -> None:
+        """Serialize DDL between exporters of several runs (held until the commit)."""
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("traceml-ddl:" + self.schema,))
+
+    def _create_schema(self, cur: psycopg.Cursor[Any]) -> None:
+        exists = cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,))
+        if exists.fetchone() is None:
+            cur.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+            )
+        cur.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (run_id uuid, flush_seq bigint, "
+                "session_root text, records bigint, committed_at timestamptz DEFAULT now(), "
+                "PRIMARY KEY (run_id, flush_seq))"
+            ).format(self._meta(FLUSHES_TABLE))
+        )
+        cur.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (run_id uuid, session_root text, "
+                "closed_at timestamptz DEFAULT now(), dropped_batches bigint, "
+                "written_records jsonb)"
+            ).format(self._meta(RUNS_TABLE))
+        )
+
+
+def _as_int(value: Any) -> int | None:
+    """``dropped_batches`` as stored: an int, or None for anything else TraceML might pass."""
+    return value if type(value) is int else None
+
+
+def make_exporter(context: ExporterContext) -> {{ cookiecutter.exporter_class }}:
+    """The factory TraceML calls as ``factory(context)`` on the aggregator's main thread."""
+    return {{ cookiecutter.exporter_class }}(
+        context.export_dir,
+        context.session_root,
+        context.streams,
+        include_hostname=context.include_hostname,
+        schema=os.environ.get(SCHEMA_ENV, "").strip() or DEFAULT_SCHEMA,
+        conninfo=os.environ.get(CONNINFO_ENV, ""),
+    )
+

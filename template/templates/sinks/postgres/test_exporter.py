@@ -1,0 +1,561 @@
+"""Unit tests of the PostgreSQL layout and its guarantees, against a real server.
+
+The conformance suite checks the contract; these check the tables, the value
+rules, delivery across a killed backend or a failing commit, and cleanup.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import secrets
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg import sql
+from sink_support import CommitAnswerDropper, Database, read_export
+from traceml_exporter_sdk import (
+    ExporterContext,
+    ExportRecord,
+    ExportWorker,
+    StdoutStderrRecord,
+    StepTimeRecord,
+)
+from traceml_exporter_sdk.records import RECORD_TYPES
+from traceml_exporter_sdk.testing import as_foreign, expected_by_stream
+from traceml_exporter_sdk.testing.strategies import record_batches
+
+from {{ cookiecutter.package_name }}._postgres_schema import STREAM_COLUMNS, UNIQUE_VIEW_SUFFIX
+from {{ cookiecutter.package_name }}.exporter import (
+    APPLICATION_NAME,
+    CONNINFO_ENV,
+    SCHEMA_ENV,
+    {{ cookiecutter.exporter_class }},
+    make_exporter,
+)
+
+ByStream = dict[str, list[dict[str, Any]]]
+NS = 1_712_345_678_901_234_567
+
+
+@pytest.fixture
+def schema(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A schema of this test's own, which the factory picks up from TRACEML_POSTGRES_SCHEMA."""
+    name = f"t_{secrets.token_hex(4)}"
+    monkeypatch.setenv(SCHEMA_ENV, name)
+    return name
+
+
+def read(context: ExporterContext) -> ByStream:
+    return {stream: rows for stream, rows in read_export(context).items() if rows}
+
+
+def run(context: ExporterContext, *batches: list[ExportRecord], dropped: int = 0) -> None:
+    exporter = make_exporter(context)
+    exporter.open()
+    for batch in batches:
+        exporter.write(batch)
+        exporter.flush()
+    exporter.close(dropped_batches=dropped)
+
+
+def exporter_backends(postgres: Database) -> list[int]:
+    rows = postgres.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (APPLICATION_NAME,)
+    )
+    return [pid for (pid,) in rows]
+
+
+def table(schema: str, name: str) -> sql.Composed:
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+
+
+def count(postgres: Database, schema: str, stream: str) -> int:
+    """Rows of ``stream`` another connection sees, i.e. committed ones."""
+    ((n,),) = postgres.execute(sql.SQL("SELECT count(*) FROM {}").format(table(schema, stream)))
+    return int(n)
+
+
+@pytest.fixture
+def opened(context: ExporterContext, schema: str) -> Iterator[{{ cookiecutter.exporter_class }}]:
+    """An open exporter; closed at the end unless the test closed it or it failed."""
+    del schema  # requested for its TRACEML_POSTGRES_SCHEMA
+    exporter = make_exporter(context)
+    exporter.open()
+    yield exporter
+    if exporter._state == "open":
+        exporter.close()
+
+
+def test_factory_only_stores_settings(context: ExporterContext, postgres: Database) -> None:
+    before = exporter_backends(postgres)
+    exporter = make_exporter(context)
+    assert isinstance(exporter, {{ cookiecutter.exporter_class }})
+    assert exporter.schema == "traceml"
+    assert exporter_backends(postgres) == before
+    assert not context.session_root.exists()
+
+
+def test_stream_columns_are_the_sdks() -> None:
+    assert {t.STREAM: t.COLUMNS for t in RECORD_TYPES} == STREAM_COLUMNS
+
+
+def test_tables_hold_the_columns_in_order_with_their_types(
+    context: ExporterContext, schema: str, postgres: Database
+) -> None:
+    run(context)
+    rows = postgres.execute(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = %s ORDER BY table_name, ordinal_position",
+        (schema,),
+    )
+    columns: dict[str, list[tuple[str, str]]] = {}
+    for name, column, kind in rows:
+        columns.setdefault(name, []).append((column, kind))
+    assert set(STREAM_COLUMNS) <= set(columns)
+    step = dict(columns["step_time"])
+    assert [c for c, _ in columns["step_time"]] == [
+        "_row_id", "_run_id", "_session_root", "schema_version",
+        *STREAM_COLUMNS["step_time"], "_exact",
+    ]  # fmt: skip
+    assert step["events"] == "jsonb"
+    assert step["observed_timestamp_unix_ns"] == "bigint"
+    assert dict(columns["step_memory"])["peak_alloc_bytes"] == "double precision"
+    assert dict(columns["stdout_stderr"])["line"] == "text"
+
+
+def test_the_readme_ddl_is_what_open_creates(
+    context: ExporterContext, schema: str, postgres: Database
+) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text("utf-8")
+    pattern = re.compile(r"CREATE TABLE traceml\.(\w+) \((.*?)\n\);", re.DOTALL)
+    documented = {
+        name: [tuple(part.split()[:2]) for part in body.replace("\n", " ").split(",")]
+        for name, body in pattern.findall(readme)
+    }
+    assert set(documented) == set(STREAM_COLUMNS)
+    run(context)
+    for stream, columns in documented.items():
+        rows = postgres.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+            (schema, stream),
+        )
+        assert [(name, kind.split()[0]) for name, kind in rows] == columns, stream
+
+
+def test_rows_are_to_dict_without_hostname(
+    context: ExporterContext, schema: str, records: list[ExportRecord]
+) -> None:
+    del schema
+    run(context, records[:4], records[4:])
+    assert read(context) == expected_by_stream(records)
+
+
+def test_hostname_kept_when_asked(
+    hostname_context: ExporterContext, schema: str, records: list[ExportRecord]
+) -> None:
+    del schema
+    run(hostname_context, records)
+    assert read(hostname_context) == expected_by_stream(records, include_hostname=True)
+
+
+def test_nanoseconds_are_exact_and_none_is_null(
+    context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
+) -> None:
+    run(context, records)
+    rows = postgres.execute(
+        sql.SQL(
+            "SELECT observed_timestamp_unix_ns, util, power_limit_w FROM {} ORDER BY _row_id"
+        ).format(table(schema, "system_gpu"))
+    )
+    assert rows == [(records[2].to_dict()["observed_timestamp_unix_ns"], 99.5, None),
+                    (NS, 0.0, 300.0)]  # fmt: skip
+
+
+def test_records_of_other_classes_are_written_the_same(
+    tmp_path: Path, schema: str, records: list[ExportRecord]
+) -> None:
+    del schema
+    ours = ExporterContext.create(tmp_path / "sdk", export_streams="all")
+    theirs = ExporterContext.create(tmp_path / "foreign", export_streams="all")
+    run(ours, records)
+    run(theirs, as_foreign(records))
+    assert read(theirs) == read(ours)
+
+
+def test_writes_are_committed_by_flush_only(
+    opened: {{ cookiecutter.exporter_class }}, schema: str, records: list[ExportRecord],
+    postgres: Database,
+) -> None:  # fmt: skip
+    opened.write(records)
+    opened.write(records)
+    assert count(postgres, schema, "step_time") == 0
+    opened.flush()
+    assert count(postgres, schema, "step_time") == 6
+
+
+def test_close_delivers_unflushed_writes_and_logs_the_run(
+    context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
+) -> None:
+    exporter = make_exporter(context)
+    exporter.open()
+    exporter.write(records)
+    exporter.close(dropped_batches=3)
+    assert sum(len(rows) for rows in read(context).values()) == len(records)
+    ((dropped, written),) = postgres.execute(
+        sql.SQL("SELECT dropped_batches, written_records FROM {}").format(
+            table(schema, "_export_runs")
+        )
+    )
+    assert dropped == 3
+    assert written["step_time"] == 3
+
+
+def test_a_killed_backend_between_flushes_loses_and_doubles_nothing(
+    context: ExporterContext,
+    schema: str,
+    records: list[ExportRecord],
+    postgres: Database,
+) -> None:
+    del schema
+    exporter = make_exporter(context)
+    exporter.open()
+    exporter.write(records[:4])
+    exporter.flush()
+    (first,) = exporter_backends(postgres)
+    assert postgres.kill_exporters() == 1
+    exporter.write(records[4:])  # buffered while no backend exists
+    exporter.flush()  # finds the connection lost, reconnects once, sends the buffer again
+    (second,) = exporter_backends(postgres)
+    assert second != first
+    postgres.kill_exporters()
+    exporter.close()  # the same once more, at close
+    assert read(context) == expected_by_stream(records)
+
+
+def _commit_trigger(postgres: Database, schema: str, body: str) -> None:
+    """A deferred trigger on step_time: ``body`` runs inside COMMIT, after the COPY."""
+    postgres.execute(
+        sql.SQL(
+            "CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {} RETURN NULL; "
+            "END $$"
+        ).format(table(schema, "at_commit"), sql.SQL(body))
+    )
+    postgres.execute(
+        sql.SQL(
+            "CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON {} DEFERRABLE INITIALLY "
+            "DEFERRED FOR EACH ROW EXECUTE FUNCTION {}()"
+        ).format(table(schema, "step_time"), table(schema, "at_commit"))
+    )
+
+
+def test_a_commit_that_fails_raises_and_closes(
+    opened: {{ cookiecutter.exporter_class }},
+    schema: str,
+    records: list[ExportRecord],
+    postgres: Database,
+) -> None:
+    opened.write(records[:1])
+    opened.flush()
+    _commit_trigger(postgres, schema, "RAISE EXCEPTION 'refused at commit';")
+    opened.write(records[:1])
+    with pytest.raises(psycopg.errors.RaiseException, match="refused at commit"):
+        opened.flush()  # a permanent error: no reconnect, raised at once
+    assert opened._conn is None
+    assert exporter_backends(postgres) == []
+    assert count(postgres, schema, "step_time") == 1
+    with pytest.raises(RuntimeError, match="failed exporter"):
+        opened.close()
+
+
+def test_a_commit_lost_once_is_sent_again_exactly_once(
+    opened: {{ cookiecutter.exporter_class }},
+    context: ExporterContext,
+    schema: str,
+    records: list[ExportRecord],
+    postgres: Database,
+) -> None:
+    postgres.execute(sql.SQL("CREATE SEQUENCE {}").format(table(schema, "kills")))
+    kills = table(schema, "kills").as_string()
+    _commit_trigger(
+        postgres,
+        schema,
+        f"IF nextval('{kills}') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;",
+    )
+    opened.write(records)
+    opened.flush()  # the first COMMIT dies with its backend; the reconnect sends it again
+    assert count(postgres, schema, "step_time") == 3
+    opened.close()
+    assert len(read(context)["step_time"]) == 3
+
+
+@pytest.mark.usefixtures("schema")
+def test_a_commit_whose_answer_is_lost_is_not_sent_again(
+    context: ExporterContext,
+    records: list[ExportRecord],
+    postgres: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with CommitAnswerDropper.running(postgres.server) as proxy:
+        monkeypatch.setenv(CONNINFO_ENV, f"host=127.0.0.1 port={proxy.port}")
+        exporter = make_exporter(context)
+        exporter.open()
+        exporter.write(records)
+        proxy.armed = True
+        exporter.flush()  # committed, answer lost: the reconnect finds its _export_flushes row
+        assert proxy.dropped == 1
+        exporter.close()
+    monkeypatch.delenv(CONNINFO_ENV)
+    assert read(context) == expected_by_stream(records)
+
+
+def test_a_commit_lost_twice_raises_the_servers_message(
+    opened: {{ cookiecutter.exporter_class }},
+    schema: str,
+    records: list[ExportRecord],
+    postgres: Database,
+) -> None:
+    _commit_trigger(postgres, schema, "PERFORM pg_terminate_backend(pg_backend_pid());")
+    opened.write(records)
+    with pytest.raises(psycopg.OperationalError, match="terminat"):
+        opened.flush()
+    assert opened._conn is None
+    assert exporter_backends(postgres) == []
+    assert count(postgres, schema, "step_time") == 0
+
+
+def test_a_permanent_error_raises_at_once_without_a_reconnect(
+    opened: {{ cookiecutter.exporter_class }},
+    schema: str,
+    records: list[ExportRecord],
+    postgres: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    connects: list[object] = []
+    real = opened._connect
+
+    def counted() -> psycopg.Connection[Any]:
+        connects.append(1)
+        return real()
+
+    monkeypatch.setattr(opened, "_connect", counted)
+    postgres.execute(
+        sql.SQL("ALTER TABLE {} ADD CONSTRAINT refuse_all CHECK (step < 0)").format(
+            table(schema, "step_time")
+        )
+    )
+    opened.write(records)
+    with pytest.raises(psycopg.errors.CheckViolation, match="refuse_all"):
+        opened.flush()
+    assert connects == []
+    assert exporter_backends(postgres) == []
+    assert count(postgres, schema, "system_gpu") == 0  # the whole flush, not a part of it
+
+
+def test_an_unknown_role_fails_open_at_once(
+    context: ExporterContext, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    del schema
+    monkeypatch.setenv("PGUSER", "no_such_role")
+    exporter = make_exporter(context)
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError, match="no_such_role"):
+        exporter.open()
+    assert time.monotonic() - started < 5
+    assert exporter._conn is None
+
+
+def test_a_server_that_refuses_connections_fails_open_at_once(
+    context: ExporterContext, schema: str, postgres: Database
+) -> None:
+    del schema
+    postgres.refuse_connections()
+    exporter = make_exporter(context)
+    with pytest.raises(psycopg.OperationalError, match="not currently accepting connections"):
+        exporter.open()
+    assert exporter._conn is None
+
+
+def test_nul_surrogates_and_out_of_range_values_follow_the_rule(
+    context: ExporterContext, schema: str, postgres: Database
+) -> None:
+    events: dict[str, Any] = {
+        "phase\x00": {"cpu\udcff": {"is_gpu": False, "duration_ms": math.nan, "cpu_ms": 1.5,
+                                     "gpu_ms": math.inf, "n_calls": 2**80}},
+    }  # fmt: skip
+    hostile: list[ExportRecord] = [
+        StdoutStderrRecord(NS, 0, NS, "a\x00b \udcff c"),
+        StdoutStderrRecord(NS, 2**70, -(2**64), "fine"),
+        StepTimeRecord(NS, 0, 0, 0, 1, 1, 0, None, NS, 1, 1, events),
+        StdoutStderrRecord(NS, 1, None, "after them, still written"),
+        StdoutStderrRecord(NS, 1, NS, "\u2028 a very long line " * 200_000),  # 4.6 MB
+    ]
+    run(context, hostile)
+    stored = postgres.execute(
+        sql.SQL("SELECT rank, timestamp_unix_ns, line, _exact FROM {} ORDER BY _row_id").format(
+            table(schema, "stdout_stderr")
+        )
+    )
+    assert stored[0][2] == "a\ufffdb \ufffd c"
+    assert stored[1][:2] == (None, None)  # out of bigint's range: NULL in the column ...
+    exact = {"rank": str(2**70), "timestamp_unix_ns": str(-(2**64))}
+    assert stored[1][3] == exact  # ... and their exact values here
+    assert stored[2] == (1, None, "after them, still written", None)
+    assert stored[3][2] == hostile[4].to_dict()["line"]
+    ((kept,),) = postgres.execute(
+        sql.SQL("SELECT events FROM {}").format(table(schema, "step_time"))
+    )
+    assert kept == {"phase\ufffd": {"cpu\ufffd": {"is_gpu": False, "duration_ms": None,
+                                                   "cpu_ms": 1.5, "gpu_ms": None,
+                                                   "n_calls": 2**80}}}  # fmt: skip
+    back = read(context)
+    assert [row["line"] for row in back["stdout_stderr"]] == [
+        r.to_dict()["line"] for r in hostile if r.STREAM == "stdout_stderr"
+    ]
+    assert back["stdout_stderr"][1]["rank"] == 2**70
+    restored = back["step_time"][0]["events"]["phase\x00"]["cpu\udcff"]
+    assert math.isnan(restored["duration_ms"])
+    assert restored["gpu_ms"] == math.inf
+    assert restored["n_calls"] == 2**80
+
+
+def test_an_older_table_is_reused_and_widened(
+    context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
+) -> None:
+    postgres.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    old = table(schema, "stdout_stderr")
+    postgres.execute(sql.SQL("CREATE TABLE {} (rank integer, line varchar(200))").format(old))
+    postgres.execute(sql.SQL("INSERT INTO {} VALUES (7, 'from the old exporter')").format(old))
+    run(context, records[6:7])
+    assert read(context)["stdout_stderr"] == [records[6].to_dict()]
+    rows = postgres.execute(sql.SQL("SELECT rank, line FROM {} ORDER BY _row_id").format(old))
+    assert rows == [(7, "from the old exporter"), (0, records[6].to_dict()["line"])]
+    kinds = dict(
+        postgres.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'stdout_stderr'",
+            (schema,),
+        )
+    )
+    assert (kinds["rank"], kinds["line"]) == ("bigint", "text")
+
+
+def test_a_column_that_cannot_be_widened_raises_at_open(
+    context: ExporterContext, schema: str, postgres: Database
+) -> None:
+    postgres.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    postgres.execute(
+        sql.SQL("CREATE TABLE {} (line integer)").format(table(schema, "stdout_stderr"))
+    )
+    exporter = make_exporter(context)
+    with pytest.raises(psycopg.errors.DatatypeMismatch, match="cannot be widened"):
+        exporter.open()
+    assert exporter._conn is None
+    assert exporter_backends(postgres) == []
+    assert count(postgres, schema, "stdout_stderr") == 0  # still there, never dropped
+
+
+def test_the_unique_rows_view_keeps_one_row_per_key(
+    context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
+) -> None:
+    run(context, records, records)  # every record twice, step 7 of rank 0 four times
+    assert len(read(context)["step_time"]) == 6
+    view = table(schema, "step_time" + UNIQUE_VIEW_SUFFIX)
+    rows = postgres.execute(
+        sql.SQL("SELECT global_rank, step, _row_id FROM {} ORDER BY global_rank").format(view)
+    )
+    assert [row[:2] for row in rows] == [(0, 7), (1, 7)]
+    ((first,),) = postgres.execute(
+        sql.SQL("SELECT min(_row_id) FROM {} WHERE global_rank = 0").format(
+            table(schema, "step_time")
+        )
+    )
+    assert rows[0][2] == first
+    gpu = table(schema, "system_gpu" + UNIQUE_VIEW_SUFFIX)
+    assert len(postgres.execute(sql.SQL("SELECT * FROM {}").format(gpu))) == 2
+    lines = table(schema, "stdout_stderr" + UNIQUE_VIEW_SUFFIX)
+    assert len(postgres.execute(sql.SQL("SELECT * FROM {}").format(lines))) == 4
+
+
+def test_nothing_is_left_open_after_close(
+    context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
+) -> None:
+    del schema
+    fds = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else set()
+    exporter = make_exporter(context)
+    exporter.open()
+    exporter.write(records)
+    exporter.flush()
+    assert len(exporter_backends(postgres)) == 1
+    exporter.close()
+    assert exporter_backends(postgres) == []
+    if fds:
+        assert set(os.listdir("/proc/self/fd")) <= fds
+    with pytest.raises(RuntimeError, match="closed"):
+        exporter.flush()
+
+
+def test_calls_out_of_order_raise(
+    context: ExporterContext, schema: str, records: list[ExportRecord]
+) -> None:
+    del schema
+    exporter = make_exporter(context)
+    with pytest.raises(RuntimeError, match="open"):
+        exporter.write(records)
+    exporter.open()
+    exporter.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        exporter.flush()
+
+
+def test_driven_by_the_export_worker(
+    context: ExporterContext, schema: str, records: list[ExportRecord]
+) -> None:
+    """open/write/flush/close on the worker's own thread, exactly as TraceML calls them."""
+    del schema
+    worker = ExportWorker(make_exporter, context).start()
+    worker.submit_records(records)
+    report = worker.shutdown()
+    assert report.failure is None
+    assert report.delivered_records == len(records)
+    assert sum(len(rows) for rows in read(context).values()) == len(records)
+
+
+_HOSTILE_TEXT = st.text(st.characters(codec=None, blacklist_categories=()), max_size=40)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    batch=record_batches(max_size=6),
+    lines=st.lists(_HOSTILE_TEXT, max_size=3),
+    include_hostname=st.booleans(),
+)
+def test_any_batch_reads_back_as_written(
+    postgres: Database, batch: list[ExportRecord], lines: list[str], include_hostname: bool
+) -> None:
+    """SDK strategies plus any text at all (NUL, lone surrogates): what goes in comes back."""
+    del postgres
+    batch = [*batch, *(StdoutStderrRecord(NS, 0, NS, line) for line in lines)]
+    want: ByStream = {}
+    for record in batch:
+        data = record.to_dict()
+        if not include_hostname:
+            data.pop("hostname", None)
+        want.setdefault(record.STREAM, []).append(data)
+    with tempfile.TemporaryDirectory() as folder:
+        context = ExporterContext.create(folder, "all", exporter_hostname=include_hostname)
+        run(context, batch)
+        assert read(context) == want
