@@ -20,7 +20,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "sdk" / "src"
 PACKAGE = "traceml_exporter_sdk"
 MAX_LINES = 500
-TOO_BIG_FOR_NOW = {f"{PACKAGE}.cli"}
+TOO_BIG_FOR_NOW: set[str] = set()
 """Modules allowed over MAX_LINES until they are split (the CLI becomes a package)."""
 
 

@@ -96,7 +96,8 @@ def test_wheel_ships_the_template(wheel: Path) -> None:
         pytest.skip("not a git checkout; cannot list the template's files")
     for path in tracked:
         assert f"traceml_exporter_sdk/_template/{path}" in names, path
-    assert "traceml_exporter_sdk/cli.py" in names
+    assert "traceml_exporter_sdk/cli/__init__.py" in names
+    assert "traceml_exporter_sdk/cli/commands/new.py" in names
     entry_points = (
         zipfile.ZipFile(wheel)
         .read(next(n for n in names if n.endswith(".dist-info/entry_points.txt")))

@@ -1,0 +1,196 @@
+"""``traceml-exporter check``: run the conformance suite under pytest and summarize its report.
+
+pytest runs in a subprocess with the SDK's plugin (``--traceml-exporter SPEC``);
+its JUnit XML report gives the checks' outcomes and the throughput figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import CliError, error_line
+from ..exit_codes import EXIT_DEPENDENCY, EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from ..inputs import check_spec
+from ..parser import add_command
+
+__all__ = ["add_parser", "cmd_check"]
+
+
+def add_parser(commands: Any) -> None:
+    """Add the check command to the subparsers ``commands``."""
+    check = add_command(
+        commands,
+        "check",
+        "Run the conformance suite against an exporter factory.",
+        "SPEC is 'module:factory' (importable from here: install the package or set\n"
+        "PYTHONPATH) or 'jsonl'. Arguments after '--' go to pytest unchanged.\n"
+        "Prints how many checks passed, failed and were skipped, with the reasons, and\n"
+        "the throughput figure. --read-back names a read_back(context) function that\n"
+        "returns what the exporter wrote ({STREAM: [record dicts]}), which turns the\n"
+        "data-fidelity checks on.",
+        "  traceml-exporter check my_exporter.exporter:make_exporter -- -x -k lifecycle",
+    )
+    check.add_argument("spec", metavar="SPEC", help="module:factory (or jsonl)")
+    check.add_argument(
+        "--read-back",
+        metavar="MODULE:FUNCTION",
+        help="a read_back(context) function; turns the data-fidelity checks on",
+    )
+    check.add_argument(
+        "-v", "--verbose", action="store_true", help="show pytest's own output as it runs"
+    )
+    check.set_defaults(handler=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    spec = check_spec(args.spec)
+    if args.read_back is not None:
+        check_spec(args.read_back)
+    try:
+        importlib.import_module("pytest")
+    except ImportError:
+        raise CliError(
+            "check needs pytest; install it with pip install 'traceml-exporter-sdk[testing]'",
+            EXIT_DEPENDENCY,
+        ) from None
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="traceml-check-") as tmp:
+        report_path = Path(tmp) / "report.xml"
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--traceml-exporter",
+            spec,
+            *(["--traceml-read-back", args.read_back] if args.read_back else []),
+            f"--junitxml={report_path}",
+            "-o",
+            "junit_family=legacy",
+            "-p",
+            "no:cacheprovider",
+            *(["-v"] if args.verbose else ["-q"]),
+            *args.pytest_args,
+        ]
+        stdout = None if args.verbose else subprocess.PIPE
+        result = subprocess.run(command, stdout=stdout, stderr=subprocess.STDOUT, check=False)
+        captured = result.stdout.decode(errors="replace") if result.stdout else ""
+        if not report_path.exists():
+            lines = [ln.strip() for ln in captured.splitlines() if ln.strip()]
+            errors = [ln for ln in lines if ln.startswith("ERROR") or "error:" in ln]
+            said = (errors or lines or [""])[-1]
+            raise CliError(
+                f"pytest did not run the suite (exit {result.returncode})"
+                + (f": {said}" if said else ""),
+                EXIT_USAGE if result.returncode == PYTEST_USAGE_ERROR else EXIT_INPUT,
+            )
+        cases, throughput = _junit_report(report_path)
+    return _check_summary(spec, cases, throughput, result.returncode, out)
+
+
+PYTEST_USAGE_ERROR = 4
+
+CheckCase = tuple[str, str, str]
+"""``(check id, outcome, message)``; outcome is passed, failed, skipped or xfailed."""
+
+_THROUGHPUT = "traceml_exporter_records_per_second"
+_FLOOR = "traceml_exporter_throughput_floor"
+
+
+def _junit_report(path: Path) -> tuple[list[CheckCase], str | None]:
+    """The checks of a JUnit XML report, and the throughput figure if one was recorded."""
+    cases: list[CheckCase] = []
+    throughput: str | None = None
+    root = ET.parse(path).getroot()  # noqa: S314 - pytest's own report, written just now
+    for case in root.iter("testcase"):
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed"
+                message = child.get("message") or (child.text or "").strip()
+                break
+            if child.tag == "skipped":
+                outcome = "xfailed" if "xfail" in child.get("type", "") else "skipped"
+                message = child.get("message") or (child.text or "").strip()
+            if child.tag == "properties":
+                props = {p.get("name"): p.get("value") for p in child.iter("property")}
+                if props.get(_THROUGHPUT):
+                    figure = f"{float(props[_THROUGHPUT] or 0):,.0f} records/s"
+                    if props.get(_FLOOR):
+                        figure += f" (floor {float(props[_FLOOR] or 0):,.0f})"
+                    throughput = figure
+        cases.append((case.get("name", "?"), outcome, _clean_message(message)))
+    return cases, throughput
+
+
+def _clean_message(message: str) -> str:
+    first = message.strip().split("\n", 1)[0]
+    for prefix in ('failed on setup with "', 'failed on teardown with "'):
+        if first.startswith(prefix) and first.endswith('"'):
+            first = first[len(prefix) : -1]
+    first = first.removeprefix("Failed: ").removeprefix("Skipped: ")
+    first = " ".join(first.split())
+    return first if len(first) <= 400 else first[:397] + "..."
+
+
+def _names(ids: Sequence[str]) -> str:
+    """``test_x[a, b], test_y[c]`` for a few checks, ``N checks`` for many."""
+    by_function: dict[str, list[str]] = {}
+    for check_id in ids:
+        function, _, param = check_id.partition("[")
+        by_function.setdefault(function, []).append(param.rstrip("]"))
+    if len(by_function) > 4:
+        return f"{len(ids)} checks"
+    parts = []
+    for function, params in by_function.items():
+        shown = [p for p in params if p]
+        parts.append(f"{function}[{', '.join(shown)}]" if shown else function)
+    return ", ".join(parts)
+
+
+def _check_summary(
+    spec: str,
+    cases: Sequence[CheckCase],
+    throughput: str | None,
+    code: int,
+    out: TextIO,
+) -> int:
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0}
+    groups: dict[tuple[str, str], list[str]] = {}
+    for check_id, outcome, message in cases:
+        counts[outcome] = counts.get(outcome, 0) + 1
+        if outcome != "passed":
+            groups.setdefault((outcome, message), []).append(check_id)
+    lines = [f"conformance suite for {spec}"]
+    order = {"failed": 0, "xfailed": 1, "skipped": 2}
+    for (outcome, message), ids in sorted(groups.items(), key=lambda g: order[g[0][0]]):
+        tag = {"failed": "FAILED", "xfailed": "xfail", "skipped": "skipped"}[outcome]
+        lines.append(f"  {tag:<8} {_names(ids)}: {message or 'no reason given'}")
+    if throughput is not None:
+        lines.append(f"  throughput {throughput}")
+    skipped = counts["skipped"] + counts["xfailed"]
+    lines.append(f"{counts['passed']} passed, {counts['failed']} failed, {skipped} skipped")
+    out.write("\n".join(lines) + "\n")
+    out.flush()
+    if counts["failed"]:
+        error_line(
+            f"{counts['failed']} of {len(cases)} conformance checks failed for {spec} "
+            "(--verbose shows pytest's report)"
+        )
+        return EXIT_FAILED
+    if not cases:
+        raise CliError(
+            f"no conformance check ran for {spec} (pytest exit {code}); "
+            "check the pytest arguments after '--'",
+            EXIT_USAGE,
+        )
+    if code not in (0, 1):
+        raise CliError(f"pytest exited with {code} for {spec} (--verbose shows why)", EXIT_INPUT)
+    return EXIT_OK

@@ -1,0 +1,49 @@
+"""The exit codes of ``traceml-exporter``: one table, shown in every ``--help`` and in docs/cli.md."""
+
+from __future__ import annotations
+
+import textwrap
+
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_DEPENDENCY",
+    "EXIT_EPILOG",
+    "EXIT_EXPORT",
+    "EXIT_FAILED",
+    "EXIT_INPUT",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_EXPORT = 4
+EXIT_DEPENDENCY = 5
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_FAILED: "the answer is no: validate found an invalid setting, check had a failing "
+    "check, new was refused by the template",
+    EXIT_USAGE: "bad command line: unknown option, missing argument, malformed SPEC or "
+    "--streams, a template answer that is not valid Jinja",
+    EXIT_INPUT: "an input cannot be used: file or database missing, unreadable or of the "
+    "wrong kind, traceml.yaml not valid, --session-root not empty or not writable, output "
+    "folder already there",
+    EXIT_EXPORT: "replay: the exporter failed or stalled, batches were dropped, or shutdown "
+    "timed out (the summary is still printed and finalization_warning.json written)",
+    EXIT_DEPENDENCY: "an optional dependency is missing (msgspec, cookiecutter, pytest); "
+    "the message says what to install",
+    EXIT_INTERNAL: "internal error (a bug); TRACEML_EXPORTER_DEBUG=1 shows the traceback",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); replay drains what it read and records the stop",
+}
+
+EXIT_EPILOG = "exit codes:\n" + "\n".join(
+    textwrap.fill(text, width=96, initial_indent=f"  {code:<4}", subsequent_indent=" " * 6)
+    for code, text in EXIT_CODES.items()
+)

@@ -1,0 +1,92 @@
+"""The checks on the values commands take: SPEC, ``--streams``, ``--session-root``, input files.
+
+Each refusal is a ``CliError`` with the documented exit code (2 for a malformed
+value, 3 for an input that cannot be used), raised before anything is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from ..factory import ExporterSettingError, validate_exporter_setting
+from ..streams import DEFAULT_EXPORT_STREAMS, parse_export_streams
+from .errors import CliError
+from .exit_codes import EXIT_INPUT, EXIT_USAGE
+
+__all__ = ["check_input_file", "check_spec", "check_streams", "reason", "session_root"]
+
+
+def check_spec(spec: str) -> str:
+    """SPEC in its normal form, or exit 2; the module is not imported."""
+    try:
+        return validate_exporter_setting(spec)
+    except ExporterSettingError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def check_streams(value: str | None) -> str:
+    """An ``export_streams`` value (the default when None), or exit 2."""
+    try:
+        parse_export_streams(value)
+    except ValueError as exc:
+        raise CliError(f"--streams: {exc}", EXIT_USAGE) from None
+    return value if value is not None else DEFAULT_EXPORT_STREAMS
+
+
+def session_root(value: str | None) -> Path:
+    """A new or empty folder the replay can write in; anything else is exit 3, untouched."""
+    if value is None:
+        try:
+            return Path(tempfile.mkdtemp(prefix="traceml-replay-", dir=Path.cwd()))
+        except OSError as exc:
+            raise CliError(
+                f"cannot make a session root in {Path.cwd()}: {reason(exc)} (give --session-root)",
+                EXIT_INPUT,
+            ) from None
+    root = Path(value)
+    try:
+        if root.is_symlink() and not root.exists():
+            raise CliError(
+                f"--session-root {root} is a symbolic link to nothing (dangling, or a loop)",
+                EXIT_INPUT,
+            )
+        if root.exists() and not root.is_dir():
+            raise CliError(f"--session-root {root} exists and is not a folder", EXIT_INPUT)
+        if root.is_dir() and any(root.iterdir()):
+            raise CliError(
+                f"--session-root {root} is not empty (an earlier run's folder?); give a new "
+                "or empty folder, so that nothing of another run is overwritten",
+                EXIT_INPUT,
+            )
+    except OSError as exc:
+        raise CliError(f"cannot use --session-root {root}: {reason(exc)}", EXIT_INPUT) from None
+    made = not root.exists()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".traceml-probe-", dir=root))
+    except OSError as exc:
+        if made:
+            with contextlib.suppress(OSError):
+                root.rmdir()
+        raise CliError(
+            f"cannot write in --session-root {root}: {reason(exc)}", EXIT_INPUT
+        ) from None
+    return root
+
+
+def check_input_file(path: Path, what: str) -> None:
+    """Exit 3 unless ``path`` is there, is not a folder and can be read."""
+    if not path.exists():
+        raise CliError(f"{what} not found: {path}", EXIT_INPUT)
+    if path.is_dir():
+        raise CliError(f"{what} {path} is a directory", EXIT_INPUT)
+    if not os.access(path, os.R_OK):
+        raise CliError(f"cannot read {what} {path}: permission denied", EXIT_INPUT)
+
+
+def reason(exc: OSError) -> str:
+    """Why an OS call failed, without the errno prefix."""
+    return exc.strerror or str(exc)

@@ -1,0 +1,124 @@
+"""The end of a replay: drain the worker, print the summary, and choose the exit code.
+
+Nothing is lost silently: dropped batches, an exporter failure, a timeout or an
+early stop each give exit 4 (130 for Ctrl-C) and a line saying where the loss is
+recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from ..factory import BUILTIN_ALIASES, factory_target
+from .errors import error_line
+from .exit_codes import EXIT_EXPORT, EXIT_INTERRUPTED, EXIT_OK
+
+if TYPE_CHECKING:
+    from ..feeding import Stop
+    from ..worker import ExportReport, ExportWorker
+
+__all__ = ["end_replay", "location_lines", "per_stream_lines", "summarize"]
+
+
+def end_replay(
+    worker: ExportWorker, stop: Stop | None, timeout: float, where: str
+) -> tuple[ExportReport, Stop | None]:
+    """Drain and close the worker; after an early stop, record it in the warning file.
+
+    After a stall the exporter has already had ``timeout`` seconds: shut down at once.
+    """
+    from ..feeding import Stop, record_stop, shut_down
+
+    report, pressed = shut_down(worker, 0.0 if stop and stop.kind == "stalled" else timeout)
+    if pressed and stop is None:
+        stop = Stop("interrupted", None)
+    if stop is not None:
+        report = record_stop(worker, report, stop, where)
+    return report, stop
+
+
+def location_lines(worker: ExportWorker) -> list[str]:
+    """Where the replay wrote: the session root and the export folder."""
+    return [
+        f"{'session root':<26} {worker.context.session_root}",
+        f"{'export dir':<26} {worker.context.export_dir}",
+    ]
+
+
+def per_stream_lines(report: ExportReport, streams: Iterable[str]) -> list[str]:
+    """Records admitted per selected stream."""
+    lines = ["records per stream"]
+    for stream in streams:
+        lines.append(f"  {stream:<24} {report.admitted_by_stream.get(stream, 0):,}")
+    return lines
+
+
+def summarize(
+    report: ExportReport,
+    lines: list[str],
+    out: TextIO,
+    spec: str,
+    stop: Stop | None = None,
+    where: str = "",
+) -> int:
+    """Print the summary; the exit code is 0 only when nothing was lost or stopped early."""
+    lines.append(f"{'dropped batches':<26} {report.dropped_batches:,}")
+    if report.failure is not None:
+        status = f"FAILED in {report.failure.method}: {report.failure.error}"
+    elif report.timed_out:
+        status = "TIMED OUT at shutdown"
+    else:
+        status = "ok"
+    lines.append(
+        f"{'exporter':<26} {status} (delivered {report.delivered_records:,} of "
+        f"{report.admitted_records:,} records)"
+    )
+    if stop is not None:
+        lines.append(f"{'stopped early':<26} {stop.describe(where)}")
+    if report.warning_path is not None:
+        lines.append(f"{'finalization_warning.json':<26} {report.warning_path}")
+    elif report.warning_error is not None:
+        lines.append(f"{'finalization_warning.json':<26} NOT WRITTEN: {report.warning_error}")
+    out.write("\n".join(lines) + "\n")
+    out.flush()
+    lost = report.failure is not None or report.timed_out or report.dropped_batches
+    if not lost and stop is None and report.warning_error is None:
+        return EXIT_OK
+    if report.warning_path is not None:
+        recorded = f"; the loss is recorded in {report.warning_path}"
+    elif report.warning_error is not None:
+        recorded = f"; and the loss could not be recorded: {report.warning_error}"
+    else:
+        recorded = ""
+    if stop is not None and stop.kind == "interrupted":
+        error_line(f"{stop.describe(where)}{recorded.replace('the loss', 'this')}")
+        return EXIT_INTERRUPTED
+    if stop is not None:
+        message = f"exporter {spec!r} stalled: {stop.describe(where)}"
+    elif report.failure is not None:
+        message = f"exporter {spec!r} failed in {report.failure.method}: {report.failure.error}"
+        message += _import_hint(report, spec)
+    elif report.timed_out:
+        message = f"exporter {spec!r} did not finish within --shutdown-timeout"
+    else:
+        message = f"{report.dropped_batches} batches were dropped"
+    error_line(message + recorded)
+    return EXIT_EXPORT
+
+
+def _import_hint(report: ExportReport, spec: str) -> str:
+    """When the module was not importable but sits in the working directory, say so."""
+    if report.failure is None or report.failure.method != "factory" or spec in BUILTIN_ALIASES:
+        return ""
+    top = factory_target(spec).split(":")[0].split(".")[0]
+    if "No module named" not in report.failure.error:
+        return ""
+    here = Path.cwd()
+    if (here / f"{top}.py").is_file() or (here / top).is_dir():
+        return (
+            f" (it is in the working directory, which is not on the import path, as in "
+            f"TraceML's aggregator: install it or set PYTHONPATH={here})"
+        )
+    return " (install the package or put its folder on PYTHONPATH)"
