@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..records import RECORD_TYPE_BY_STREAM, SCHEMA_VERSION
+from .expected import expected_by_stream
 
 __all__ = ["ReadBack", "canonical", "expected_by_stream", "validate_read_back"]
 
@@ -44,17 +45,6 @@ def canonical(data: Mapping[str, Any], drop: Iterable[str] = IGNORED) -> str:
     dropped = frozenset(drop)
     view = {k: normalise(v) for k, v in data.items() if k not in dropped}
     return json.dumps(view, sort_keys=True, ensure_ascii=False)
-
-
-def expected_by_stream(records: Iterable[Any], include_hostname: bool = False) -> ReadBack:
-    """``to_dict()`` of each record, grouped by STREAM in order, hostname dropped unless kept."""
-    out: ReadBack = {}
-    for record in records:
-        data = record.to_dict()
-        if not include_hostname:
-            data.pop("hostname", None)
-        out.setdefault(record.STREAM, []).append(data)
-    return out
 
 
 def validate_read_back(value: Any) -> ReadBack:

@@ -30,7 +30,9 @@ def check_unflushed_records_readable_after_close(env: Env) -> None:
     env.assert_clean(run, "open -> write -> write -> close")
     actual = env.read_back(context)
     if actual is not None:
-        expected = cmp.expected_by_stream(run.log.written(), context.include_hostname)
+        expected = cmp.expected_by_stream(
+            run.log.written(), include_hostname=context.include_hostname
+        )
         problems = cmp.count_problems(expected, actual)
         assert not problems, "records never flushed before close:\n" + "\n".join(problems)
         return
@@ -61,7 +63,9 @@ def check_close_accepts_dropped_batches(env: Env) -> None:
     assert close[0].kwargs == {"dropped_batches": 3}
     actual = env.read_back(context)
     if actual is not None:
-        expected = cmp.expected_by_stream(run.log.written(), context.include_hostname)
+        expected = cmp.expected_by_stream(
+            run.log.written(), include_hostname=context.include_hostname
+        )
         problems = cmp.count_problems(expected, actual)
         assert not problems, "after close(dropped_batches=3):\n" + "\n".join(problems)
 

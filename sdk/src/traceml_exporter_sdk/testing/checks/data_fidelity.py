@@ -143,7 +143,7 @@ def check_hostile_text(env: Env) -> None:
     actual = env.read_back(context)
     if actual is None:
         return
-    expected = cmp.expected_by_stream(run.log.written(), context.include_hostname)
+    expected = cmp.expected_by_stream(run.log.written(), include_hostname=context.include_hostname)
     problems = cmp.meta_problems(actual) + cmp.multiset_problems(expected, actual)
     assert not problems, "hostile text did not read back as written:\n" + "\n".join(
         p.encode("utf-8", "backslashreplace").decode("utf-8") for p in problems

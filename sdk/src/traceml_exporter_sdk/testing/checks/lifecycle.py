@@ -116,7 +116,9 @@ def check_writes_interleaved_with_flushes(env: Env) -> None:
     )
     actual = env.read_back(context)
     if actual is not None:
-        expected = cmp.expected_by_stream(run.log.written(), context.include_hostname)
+        expected = cmp.expected_by_stream(
+            run.log.written(), include_hostname=context.include_hostname
+        )
         problems = cmp.count_problems(expected, actual)
         assert not problems, "after interleaved writes and flushes:\n" + "\n".join(problems)
 
@@ -159,6 +161,6 @@ def check_two_instances_in_sequence(env: Env) -> None:
         actual = env.read_back(ctx)
         if actual is None:
             continue
-        expected = cmp.expected_by_stream(run.log.written(), ctx.include_hostname)
+        expected = cmp.expected_by_stream(run.log.written(), include_hostname=ctx.include_hostname)
         problems = cmp.count_problems(expected, actual)
         assert not problems, f"the {label} instance's output:\n" + "\n".join(problems)

@@ -34,7 +34,9 @@ def check_interleaved_streams(env: Env) -> None:
     assert mixed, "no write batch held several streams (the suite's corpus should ensure it)"
     actual = env.read_back(context)
     if actual is not None:
-        expected = cmp.expected_by_stream(run.log.written(), context.include_hostname)
+        expected = cmp.expected_by_stream(
+            run.log.written(), include_hostname=context.include_hostname
+        )
         problems = cmp.count_problems(expected, actual)
         assert not problems, "records of interleaved batches, per stream:\n" + "\n".join(problems)
 
@@ -94,7 +96,9 @@ def _setting_check(setting: str) -> CheckFunction:
                 s: len(rows) for s, rows in actual.items() if rows and s not in context.streams
             }
             assert not stray, f"records of unselected streams were read back: {stray}"
-            expected = cmp.expected_by_stream(run.log.written(), context.include_hostname)
+            expected = cmp.expected_by_stream(
+                run.log.written(), include_hostname=context.include_hostname
+            )
             problems = cmp.count_problems(expected, actual)
             assert not problems, f"export_streams={setting!r}:\n" + "\n".join(problems)
 
