@@ -35,6 +35,7 @@ from traceml_exporter_sdk import ExporterContext, ExportWorker, records_from_pay
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import one_file_exporter
+from _smoke import SMOKE, scaled
 
 RANKS = 64
 STEPS_PER_TICK = 8  # 4 steps/s at TraceML's default 2 s sampler interval
@@ -45,9 +46,9 @@ EVENTS = (
     "_traceml_internal:optimizer_step",
     "_traceml_internal:step_time",
 )
-REPEATS = 7
-SLOW_REPEATS = 2  # the json.dumps exporter is far from its target and slow to run
-STALL_S = 10.0
+REPEATS = scaled(7, 1)
+SLOW_REPEATS = scaled(2, 1)  # the json.dumps exporter is far from its target and slow to run
+STALL_S = 0.5 if SMOKE else 10.0
 STALL_QUEUE = 256
 
 Batch = list[Any]
@@ -413,9 +414,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-export-") as name:
         tmp = Path(name)
         step_batches = build_batches(
-            lambda r, t, rng: step_time_payload(r, t, STEPS_PER_TICK, rng), 200
+            lambda r, t, rng: step_time_payload(r, t, STEPS_PER_TICK, rng), scaled(200, 2)
         )
-        mixed_batches = build_batches(mixed_payload, 100)
+        mixed_batches = build_batches(mixed_payload, scaled(100, 2))
         # The records outlive every run; keep the collector from walking them again and again.
         gc.collect()
         gc.freeze()

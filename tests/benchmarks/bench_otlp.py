@@ -30,15 +30,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from _smoke import scaled
 from traceml_exporter_sdk import ExporterContext, StepTimeRecord
 from traceml_exporter_sdk.testing import corpus_records
 from traceml_exporter_sdk.testing.otlp_receiver import OtlpReceiver
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = 64
-REPEATS = 3
-CORPUS_RECORDS = 30_000
-STEP_RECORDS = 20_000
+REPEATS = scaled(3, 1)
+CORPUS_RECORDS = scaled(30_000, 1_000)  # the official pipeline batches 512
+STEP_RECORDS = scaled(20_000, 1_000)
 FLOOR = 20_000.0
 RATIO = 3.0
 EVENTS = (

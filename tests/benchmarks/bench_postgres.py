@@ -36,16 +36,17 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from _smoke import scaled
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from traceml_exporter_sdk import ExporterContext, StepMemoryRecord, StepTimeRecord
 from traceml_exporter_sdk.testing.postgres_server import PostgresServer, postgres_server
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = 50_000
+RECORDS = scaled(50_000, 2_000)
 WRITE = 1_000
 FLUSH_EVERY = 5_000
-REPEATS = 3
+REPEATS = scaled(3, 1)
 NS = 1_712_345_678_901_234_567
 EVENTS = (
     "_traceml_internal:dataloader_next",
