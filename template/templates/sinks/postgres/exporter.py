@@ -9,8 +9,9 @@ read by libpq itself; ``TRACEML_POSTGRES_CONNINFO`` may add a conninfo string
 (``traceml`` by default). Tables and columns: see ``_postgres_schema.py`` and the README.
 
 Delivery: ``write`` only buffers the records, by stream; ``flush`` (and
-``close``) turns them into rows while it streams them with COPY (so the server
-parses one part while Python makes the next), in one transaction with a row in
+``close``) turns them into rows while it streams them with COPY, binary where
+the table's types allow (so the server parses one part while Python makes the
+next), in one transaction with a row in
 ``_export_flushes``, and commits; the records are delivered once the commit returns. A lost
 connection or a failed commit gets one reconnect: if that flush's row is in
 ``_export_flushes`` the commit had happened, otherwise the same buffer is
@@ -44,11 +45,13 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import set_json_dumps
 
 from ._contract import ExporterContext, ExportRecord
 from ._postgres_schema import (
     STREAM_COLUMNS,
     Layout,
+    binary_types,
     ensure_table,
     layout_for,
 )
@@ -77,6 +80,8 @@ FLUSHES_TABLE = "_export_flushes"
 RUNS_TABLE = "_export_runs"
 
 Buffer = dict[Layout, list[ExportRecord]]
+TableKey = tuple[str, tuple[str, ...]]
+"""A stream and its records' ``COLUMNS``: one table made ready for them."""
 
 
 def _transient(error: BaseException) -> bool:
@@ -110,7 +115,9 @@ class {{ cookiecutter.exporter_class }}:
         self.run_id = ""
         self._conn: psycopg.Connection[Any] | None = None
         self._layouts: dict[str, Layout] = {}
-        self._ready: set[tuple[str, tuple[str, ...]]] = set()
+        self._tables: dict[TableKey, dict[str, str]] = {}
+        """Tables known to exist (committed), with their column types."""
+        self._pending: dict[TableKey, dict[str, str]] = {}
         self._rows: Buffer = {}
         self._buffered = 0
         self._written: dict[str, int] = {}
@@ -133,8 +140,8 @@ class {{ cookiecutter.exporter_class }}:
                 for stream in self.streams:
                     columns = STREAM_COLUMNS.get(stream)
                     if columns is not None:
-                        ensure_table(cur, self.schema, stream, columns)
-                        self._ready.add((stream, columns))
+                        types = ensure_table(cur, self.schema, stream, columns)
+                        self._pending[stream, columns] = types
             self.export_dir.mkdir(parents=True, exist_ok=True)
             receipt = {
                 "run_id": self.run_id,
@@ -147,6 +154,8 @@ class {{ cookiecutter.exporter_class }}:
         except BaseException:
             conn.close()
             raise
+        self._tables.update(self._pending)
+        self._pending = {}
         self._conn = conn
         self._state = "open"
 
@@ -225,25 +234,34 @@ class {{ cookiecutter.exporter_class }}:
 
     def _load(self, conn: psycopg.Connection[Any], closing: int | None) -> None:
         seq = self._flushes + 1
-        prefix = (self.run_id, str(self.session_root))
+        self._pending = {}
+        text_prefix = (self.run_id, str(self.session_root))
+        binary_prefix = (uuid.UUID(self.run_id), str(self.session_root))
         with conn.transaction(), conn.cursor() as cur:
+            set_json_dumps(_already_json, context=cur)  # Layout.row makes the JSON text
             for layout, rows in self._rows.items():
                 key = (layout.stream, layout.record_columns)
-                if key not in self._ready:
+                table = self._tables.get(key)
+                if table is None:
                     self._lock(cur)
                     self._create_schema(cur)
-                    ensure_table(cur, self.schema, layout.stream, layout.record_columns)
-                copy = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
+                    table = ensure_table(cur, self.schema, layout.stream, layout.record_columns)
+                    self._pending[key] = table
+                types = binary_types(layout.columns, table)
+                copy = sql.SQL("COPY {}.{} ({}) FROM STDIN{}").format(
                     sql.Identifier(self.schema),
                     sql.Identifier(layout.stream),
                     sql.SQL(", ").join(map(sql.Identifier, layout.columns)),
+                    sql.SQL(" (FORMAT BINARY)" if types else ""),
                 )
                 # Rows are made while the COPY streams: the server parses the
                 # previous ones (jsonb above all) on another core meanwhile.
-                row = layout.row
+                prefix = text_prefix if types is None else binary_prefix
                 with cur.copy(copy) as pipe:
-                    for record in rows:
-                        pipe.write_row(row(record.to_dict(), prefix))
+                    if types is not None:
+                        pipe.set_types(types)
+                    for row in layout.rows(rows, prefix):
+                        pipe.write_row(row)
             cur.execute(
                 sql.SQL(
                     "INSERT INTO {} (run_id, flush_seq, session_root, records) "
@@ -266,10 +284,11 @@ class {{ cookiecutter.exporter_class }}:
         self._delivered(seq)
 
     def _delivered(self, seq: int) -> None:
-        """The commit of flush ``seq`` happened: the buffer is now the server's."""
+        """The commit of flush ``seq`` happened: the buffer (and any table made) is the server's."""
         for layout, rows in self._rows.items():
             self._written[layout.stream] = self._written.get(layout.stream, 0) + len(rows)
-            self._ready.add((layout.stream, layout.record_columns))
+        self._tables.update(self._pending)
+        self._pending = {}
         self._rows = {}
         self._buffered = 0
         self._flushes = seq
@@ -348,6 +367,11 @@ class {{ cookiecutter.exporter_class }}:
                 "written_records jsonb)"
             ).format(self._meta(RUNS_TABLE))
         )
+
+
+def _already_json(text: Any) -> str:
+    """psycopg's jsonb dumps for the COPY: ``Layout.row`` already made the JSON text."""
+    return str(text)
 
 
 def _as_int(value: Any) -> int | None:

@@ -27,13 +27,21 @@ from traceml_exporter_sdk import (
     ExportRecord,
     ExportWorker,
     StdoutStderrRecord,
+    StepMemoryRecord,
     StepTimeRecord,
 )
 from traceml_exporter_sdk.records import RECORD_TYPES
 from traceml_exporter_sdk.testing import as_foreign, expected_by_stream
 from traceml_exporter_sdk.testing.strategies import record_batches
 
-from {{ cookiecutter.package_name }}._postgres_schema import STREAM_COLUMNS, UNIQUE_VIEW_SUFFIX
+from {{ cookiecutter.package_name }}._postgres_schema import (
+    STREAM_COLUMNS,
+    UNIQUE_VIEW_SUFFIX,
+    binary_types,
+    column_type,
+    ensure_table,
+    layout_for,
+)
 from {{ cookiecutter.package_name }}.exporter import (
     APPLICATION_NAME,
     CONNINFO_ENV,
@@ -428,6 +436,71 @@ def test_nul_surrogates_and_out_of_range_values_follow_the_rule(
     assert restored["n_calls"] == 2**80
 
 
+class _Dict:
+    """A record stand-in: ``rows`` only calls ``to_dict()``."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+_ANY_TEXT = st.text(st.characters(codec=None, blacklist_categories=()), max_size=5)
+_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "bigint": st.one_of(
+        st.none(), st.integers(-(2**63), 2**63 - 1), st.integers(-(2**70), 2**70), st.booleans()
+    ),
+    "double precision": st.one_of(st.none(), st.floats(), st.integers(-(2**60), 2**60)),
+    "text": st.one_of(st.none(), _ANY_TEXT),
+    "jsonb": st.one_of(
+        st.none(),
+        st.dictionaries(_ANY_TEXT, st.one_of(st.none(), st.floats(), st.integers())),
+    ),
+}
+"""Values of each column kind, odd ones among them (out of range, NUL, NaN, a bool)."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream=st.sampled_from(sorted(STREAM_COLUMNS)), size=st.integers(1, 8), data=st.data())
+def test_rows_of_a_batch_are_row_of_each(stream: str, size: int, data: st.DataObject) -> None:
+    """``Layout.rows`` (checked a column at a time) gives exactly ``Layout.row`` of each record."""
+    columns = STREAM_COLUMNS[stream]
+    layout = layout_for(stream, columns, include_hostname=data.draw(st.booleans()))
+    plain = [r.to_dict() for r in data.draw(record_batches([stream], max_size=5))]
+    batch = []
+    for _ in range(size):
+        row = dict(data.draw(st.sampled_from(plain)))
+        for name in data.draw(st.lists(st.sampled_from(columns), max_size=2)):
+            row[name] = data.draw(_VALUES[column_type(name)])
+        batch.append(_Dict(row))
+    prefix = ("00000000-0000-0000-0000-000000000000", "root")
+    assert list(layout.rows(batch, prefix)) == [layout.row(r.to_dict(), prefix) for r in batch]
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"step": 2**64},
+        {"step": True},
+        {"device": "cu\x00da"},
+        {"device": "cu\udcffda"},
+        {"peak_alloc_bytes": 3},
+        {"peak_alloc_bytes": "3"},
+    ],
+)
+def test_rows_check_each_chunk_on_its_own(odd: dict[str, Any]) -> None:
+    """One odd value sends its chunk through ``row``; every row is still ``row``'s."""
+    memory = StepMemoryRecord(NS, 0, 0, 0, 1, 1, 0, None, NS, 1, "cuda:0", 1, 1.0, 2.0)
+    batch: list[Any] = [memory] * 1_100
+    batch[700] = _Dict({**memory.to_dict(), **odd})
+    layout = layout_for("step_memory", memory.COLUMNS, include_hostname=False)
+    prefix = ("00000000-0000-0000-0000-000000000000", "root")
+    got = list(layout.rows(batch, prefix))
+    assert got == [layout.row(r.to_dict(), prefix) for r in batch]
+    assert got[700] != got[699]
+
+
 def test_an_older_table_is_reused_and_widened(
     context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
 ) -> None:
@@ -447,6 +520,40 @@ def test_an_older_table_is_reused_and_widened(
         )
     )
     assert (kinds["rank"], kinds["line"]) == ("bigint", "text")
+
+
+def test_fresh_tables_load_as_binary_copy(schema: str, postgres: Database) -> None:
+    """Every stream's new table has only types whose binary COPY form the rows match."""
+    postgres.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    kwargs = postgres.server.conninfo_kwargs(dbname=postgres.name)
+    with psycopg.connect(**kwargs) as conn, conn.cursor() as cur:
+        for stream, columns in STREAM_COLUMNS.items():
+            types = ensure_table(cur, schema, stream, columns)
+            for include_hostname in (False, True):
+                layout = layout_for(stream, columns, include_hostname=include_hostname)
+                assert binary_types(layout.columns, types) is not None, stream
+
+
+def test_an_int_in_a_float_column_and_a_numeric_column_are_stored_exactly(
+    context: ExporterContext, schema: str, postgres: Database
+) -> None:
+    """Binary COPY takes an int for ``double precision``; an older ``numeric`` column goes as text."""
+    postgres.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    postgres.execute(
+        sql.SQL("CREATE TABLE {} (rank numeric, line text)").format(table(schema, "stdout_stderr"))
+    )
+    memory = StepMemoryRecord(NS, 0, 0, 0, 1, 1, 0, None, NS, 1, "cuda:0", 1, 2**40, None)
+    line = StdoutStderrRecord(NS, 2**62, NS, "kept as it is")
+    run(context, [memory, line])
+    assert read(context) == expected_by_stream([memory, line])
+    rows = postgres.execute(
+        sql.SQL("SELECT peak_alloc_bytes, peak_reserved_bytes FROM {}").format(
+            table(schema, "step_memory")
+        )
+    )
+    assert rows == [(float(2**40), None)]
+    rows = postgres.execute(sql.SQL("SELECT rank FROM {}").format(table(schema, "stdout_stderr")))
+    assert rows == [(2**62,)]
 
 
 def test_a_column_that_cannot_be_widened_raises_at_open(
