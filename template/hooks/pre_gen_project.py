@@ -60,7 +60,7 @@ TEMPLATE_NAMES = frozenset(
         "APPLICATION_NAME", "Buffer", "CONNECT_TIMEOUT_S", "CONNINFO_ENV", "CommitAnswerDropper",
         "DEFAULT_SCHEMA", "Database", "FLUSHES_TABLE", "Layout", "PostgresServer",
         "PostgresUnavailableError", "RECEIPT_FILE", "REQUIRE_ENV", "SCHEMA_ENV", "SINK_COLUMNS",
-        "STATEMENT_TIMEOUT_MS", "STREAM_COLUMNS", "UNIQUE_VIEW_SUFFIX",
+        "STATEMENT_TIMEOUT_MS", "STREAM_COLUMNS", "TableKey", "UNIQUE_VIEW_SUFFIX",
         "Cursor", "DatatypeMismatch", "EXACT", "RUN_ID", "SESSION_ROOT", "STREAM_KEYS",
         # the parquet sink's modules and tests
         "BACKLOG_BYTES", "BATCH", "BIG_FILE_ROWS", "CLOSE_GRACE_S", "COMPRESSION",
