@@ -4,7 +4,7 @@ Select it in TraceML with ``{{ cookiecutter.package_name }}.exporter:make_export
 
 Layout under ``context.export_dir`` (``<session_root>/aggregator/export``)::
 
-    <stream>/part-<run>-<first>-<last>.parquet   the stream's records (pyarrow, zstd)
+    <stream>/part-<run>-<first>-<last>.parquet   the stream's records (pyarrow, snappy)
     export_summary.json                           written by close(): records per stream
 
 so ``read_parquet('<export_dir>/step_time/*.parquet')`` (DuckDB),
