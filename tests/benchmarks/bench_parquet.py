@@ -36,6 +36,7 @@ from traceml_exporter_sdk import ExporterContext, ExportWorker
 from traceml_exporter_sdk.testing import corpus_batches
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import scaled
 from bench_export import (  # the workload of the export benchmark, shared
     RANKS,
     STEPS_PER_TICK,
@@ -45,7 +46,7 @@ from bench_export import (  # the workload of the export benchmark, shared
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-REPEATS = 5
+REPEATS = scaled(5, 1)
 Batch = list[Any]
 Factory = Callable[[ExporterContext], object]
 
@@ -170,10 +171,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-parquet-") as name:
         tmp = Path(name)
         parquet = bake_parquet_exporter(tmp / "baked")
-        memory = build_batches(step_memory_payload, 200)
-        steps = build_batches(lambda r, t, rng: step_time_payload(r, t, STEPS_PER_TICK, rng), 100)
-        mixed = build_batches(mixed_payload, 60)
-        corpus = corpus_batches(repeat=400)
+        memory = build_batches(step_memory_payload, scaled(200, 2))
+        steps = build_batches(
+            lambda r, t, rng: step_time_payload(r, t, STEPS_PER_TICK, rng), scaled(100, 2)
+        )
+        mixed = build_batches(mixed_payload, scaled(60, 2))
+        corpus = corpus_batches(repeat=scaled(400, 2))
         gc.collect()
         gc.freeze()  # the records outlive every run: keep the collector off them
         results += compare("step_memory", memory, "step_memory", parquet, tmp, targets=True)
