@@ -86,6 +86,14 @@ def table(schema: str, name: str) -> sql.Composed:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
 
 
+def old_table(postgres: Database, schema: str, stream: str, columns: str) -> sql.Composed:
+    """A table an older exporter made (``columns``: its SQL column list), in a new schema."""
+    postgres.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    name = table(schema, stream)
+    postgres.execute(sql.SQL("CREATE TABLE {} ({})").format(name, sql.SQL(columns)))
+    return name
+
+
 def count(postgres: Database, schema: str, stream: str) -> int:
     """Rows of ``stream`` another connection sees, i.e. committed ones."""
     ((n,),) = postgres.execute(sql.SQL("SELECT count(*) FROM {}").format(table(schema, stream)))
@@ -504,9 +512,7 @@ def test_rows_check_each_chunk_on_its_own(odd: dict[str, Any]) -> None:
 def test_an_older_table_is_reused_and_widened(
     context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
 ) -> None:
-    postgres.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    old = table(schema, "stdout_stderr")
-    postgres.execute(sql.SQL("CREATE TABLE {} (rank integer, line varchar(200))").format(old))
+    old = old_table(postgres, schema, "stdout_stderr", "rank integer, line varchar(200)")
     postgres.execute(sql.SQL("INSERT INTO {} VALUES (7, 'from the old exporter')").format(old))
     run(context, records[6:7])
     assert read(context)["stdout_stderr"] == [records[6].to_dict()]
@@ -538,10 +544,7 @@ def test_an_int_in_a_float_column_and_a_numeric_column_are_stored_exactly(
     context: ExporterContext, schema: str, postgres: Database
 ) -> None:
     """Binary COPY takes an int for ``double precision``; an older ``numeric`` column goes as text."""
-    postgres.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    postgres.execute(
-        sql.SQL("CREATE TABLE {} (rank numeric, line text)").format(table(schema, "stdout_stderr"))
-    )
+    old_table(postgres, schema, "stdout_stderr", "rank numeric, line text")
     memory = StepMemoryRecord(NS, 0, 0, 0, 1, 1, 0, None, NS, 1, "cuda:0", 1, 2**40, None)
     line = StdoutStderrRecord(NS, 2**62, NS, "kept as it is")
     run(context, [memory, line])
@@ -559,10 +562,7 @@ def test_an_int_in_a_float_column_and_a_numeric_column_are_stored_exactly(
 def test_a_column_that_cannot_be_widened_raises_at_open(
     context: ExporterContext, schema: str, postgres: Database
 ) -> None:
-    postgres.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    postgres.execute(
-        sql.SQL("CREATE TABLE {} (line integer)").format(table(schema, "stdout_stderr"))
-    )
+    old_table(postgres, schema, "stdout_stderr", "line integer")
     exporter = make_exporter(context)
     with pytest.raises(psycopg.errors.DatatypeMismatch, match="cannot be widened"):
         exporter.open()
