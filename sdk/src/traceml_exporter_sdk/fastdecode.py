@@ -115,8 +115,8 @@ def _steps(
     fields = _FIELDS
     record = StepTimeRecord
     for rows in tables.values():
-        for row in rows:
-            events = to_builtins(row.events)
+        # One to_builtins call per table: per row, the call cost a tenth of the row.
+        for row, events in zip(rows, to_builtins([row.events for row in rows]), strict=True):
             if {} in events.values():  # a name with no device is dropped, as TraceML does
                 events = {name: devices for name, devices in events.items() if devices}
             r = _new(fields)
