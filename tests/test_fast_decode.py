@@ -126,6 +126,40 @@ def test_long_integers_and_emptied_events_match() -> None:
     assert compare(line, ALL_STREAMS) is True
 
 
+def test_one_mapper_over_lines_of_changing_samplers_matches_the_usual_way() -> None:
+    """The mapper tries the one-pass decoding first only after a line of StepTimeSampler
+    envelopes alone; whichever it tries first, each line maps as the usual way."""
+    step = {
+        "meta": {"sampler": "StepTimeSampler", "rank": 1},
+        "body": {
+            "tables": {
+                "T": [
+                    {
+                        "seq": 1,
+                        "step": 1,
+                        "timestamp": 5,
+                        "events": {"f": {"cpu": {"is_gpu": False}}},
+                    }
+                ]
+            }
+        },
+    }
+    process = {"meta": {"sampler": "ProcessSampler"}, "body": {"tables": {"T": [{"seq": 1}]}}}
+    # A body that reads as a step body, under another sampler: never mapped as steps.
+    memory = {"meta": {"sampler": "StepMemorySampler"}, "body": {"tables": {"T": [{"step": 1}]}}}
+    lines = [[step], [step, process], [process], [memory], [step], step, [], [memory, step], [step]]
+    mapper = line_mapper(ALL_STREAMS)
+    assert mapper is not None
+    reader = PayloadReader(Path("unused"), "jsonl")
+    for payload in lines:
+        line = orjson.dumps(payload)
+        with fixed_clock():
+            usual = records_from_payload(reader.decode_line(1, 0, line), streams=ALL_STREAMS)
+            fast = mapper(line)
+        assert key(fast.records) == key(usual.records), payload
+        assert fast.skipped == usual.skipped
+
+
 def test_without_msgspec_replay_decodes_the_usual_way(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

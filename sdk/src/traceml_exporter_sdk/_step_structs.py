@@ -1,7 +1,9 @@
 """msgspec types of a StepTimeSampler body, for ``fastdecode`` (imports msgspec).
 
 No ``from __future__ import annotations``: msgspec reads these annotations at run
-time. Defaults mirror the careful path: a missing key reads as None.
+time. Defaults mirror the careful path: a missing key reads as None. The structs
+are decoded, read once and dropped, and never hold a cycle, so the cyclic GC
+need not track them (``gc=False``).
 """
 
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import msgspec
 
 
-class Stats(msgspec.Struct):
+class Stats(msgspec.Struct, gc=False):
     """One ``events[name][device]`` entry, fields in the contract's order."""
 
     is_gpu: bool | None = None
@@ -19,23 +21,31 @@ class Stats(msgspec.Struct):
     n_calls: int | None = None
 
 
-class Row(msgspec.Struct):
+class Row(msgspec.Struct, gc=False):
     seq: int | None = None
     timestamp: int | None = None
     step: int | None = None
     events: dict[str, dict[str, Stats]] = msgspec.field(default_factory=dict)
 
 
-class Body(msgspec.Struct):
+class Body(msgspec.Struct, gc=False):
     tables: dict[str, list[Row]] = msgspec.field(default_factory=dict)
 
 
-class Envelope(msgspec.Struct):
+class Envelope(msgspec.Struct, gc=False):
     meta: dict[str, Any]
     body: msgspec.Raw
 
 
+class StepEnvelope(msgspec.Struct, gc=False):
+    """An envelope read as StepTimeSampler's in one pass; its sampler is checked after."""
+
+    meta: dict[str, Any]
+    body: Body
+
+
 decode_line = msgspec.json.Decoder(list[Envelope] | Envelope).decode
+decode_step_line = msgspec.json.Decoder(list[StepEnvelope] | StepEnvelope).decode
 decode_step_body = msgspec.json.Decoder(Body).decode
 decode_body = msgspec.json.Decoder(dict[str, Any]).decode
 to_builtins = msgspec.to_builtins

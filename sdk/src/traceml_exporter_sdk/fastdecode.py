@@ -38,26 +38,55 @@ def line_mapper(streams: tuple[str, ...]) -> LineMapper | None:
     """A function from one JSON line to its records, or None without msgspec.
 
     The function raises on anything it does not read exactly as the careful path.
+    A line of StepTimeSampler envelopes only (a replay's bulk) is decoded in one
+    pass, bodies typed; any other line in two (meta first, then each body by its
+    sampler). Both give the same records; which is tried first follows the line
+    before, so a file of other samplers does not pay a wasted typed pass per line.
     """
     try:
         types = importlib.import_module("traceml_exporter_sdk._step_structs")
     except ImportError:
         return None
     decode_line = types.decode_line
+    decode_step_line = types.decode_step_line
     decode_step_body = types.decode_step_body
     decode_body = types.decode_body
     to_builtins = types.to_builtins
     selected = tuple(streams)
     want_steps = "step_time" in selected
+    steps_only = True  # the last line held StepTimeSampler envelopes only
+
+    def map_steps(line: bytes) -> RecordBatch | None:
+        """One pass, or None when the line is not StepTimeSampler's alone."""
+        try:
+            decoded = decode_step_line(line)
+        except Exception:
+            return None
+        envelopes = decoded if type(decoded) is list else [decoded]
+        for envelope in envelopes:
+            if sampler_of(envelope.meta) != "StepTimeSampler":
+                return None
+        records: list[Record] = []
+        if want_steps:
+            for envelope in envelopes:
+                _steps(envelope.meta, envelope.body.tables, records, to_builtins)
+        return RecordBatch(records, 0)
 
     def map_line(line: bytes) -> RecordBatch:
+        nonlocal steps_only
+        if steps_only:
+            batch = map_steps(line)
+            if batch is not None:
+                return batch
         decoded = decode_line(line)
         envelopes = decoded if type(decoded) is list else [decoded]
         records: list[Record] = []
         skipped = 0
+        others = False
         for envelope in envelopes:
             meta = envelope.meta
             if sampler_of(meta) != "StepTimeSampler":
+                others = True
                 item = {"meta": meta, "body": decode_body(envelope.body)}
                 batch = records_from_payload(item, streams=selected)
                 records += batch.records
@@ -66,6 +95,7 @@ def line_mapper(streams: tuple[str, ...]) -> LineMapper | None:
             body = decode_step_body(envelope.body)
             if want_steps:
                 _steps(meta, body.tables, records, to_builtins)
+        steps_only = not others
         return RecordBatch(records, skipped)
 
     return map_line
@@ -85,8 +115,8 @@ def _steps(
     fields = _FIELDS
     record = StepTimeRecord
     for rows in tables.values():
-        for row in rows:
-            events = to_builtins(row.events)
+        # One to_builtins call per table: per row, the call cost a tenth of the row.
+        for row, events in zip(rows, to_builtins([row.events for row in rows]), strict=True):
             if {} in events.values():  # a name with no device is dropped, as TraceML does
                 events = {name: devices for name, devices in events.items() if devices}
             r = _new(fields)
