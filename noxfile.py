@@ -98,16 +98,32 @@ BENCH_OTLP = [
 ]
 
 
-@nox.session(python=MAIN_PYTHON, default=False)
-def bench(session: nox.Session) -> None:
-    """Throughput and memory figures against baselines measured in the same run."""
+BENCHMARKS = sorted((ROOT / "tests" / "benchmarks").glob("bench_*.py"))
+
+
+def _install_bench(session: nox.Session) -> None:
     _install_sdk(session)
     session.install("--no-deps", TRACEML_ORACLE)
     session.install("psycopg[binary]>=3.2", "orjson>=3.9", "cookiecutter>=2.5")  # bench_postgres
     session.install(*BENCH_OTLP)
     session.install("pyarrow>=18")  # bench_parquet bakes the parquet sink (cookiecutter: above)
-    for script in sorted((ROOT / "tests" / "benchmarks").glob("bench_*.py")):
+
+
+@nox.session(python=MAIN_PYTHON, default=False)
+def bench(session: nox.Session) -> None:
+    """Throughput and memory figures against baselines measured in the same run."""
+    _install_bench(session)
+    for script in BENCHMARKS:
         session.run("python", str(script), *session.posargs)
+
+
+@nox.session(python=MAIN_PYTHON)
+def bench_smoke(session: nox.Session) -> None:
+    """Every benchmark once, on a few records: proves each still runs (its figures mean nothing)."""
+    _install_bench(session)
+    session.log("smoke mode (TRACEML_BENCH_SMOKE=1): the figures and PASS/MISS below mean nothing")
+    for script in BENCHMARKS:
+        session.run("python", str(script), env={"TRACEML_BENCH_SMOKE": "1"})
 
 
 # -- the exporter template (template/, tests/template/, docs/template.md) ----------------

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from _smoke import scaled
 from traceml_ai.aggregator.sqlite_writers import (
     process,
     runtime_environment,
@@ -55,9 +56,9 @@ from traceml_exporter_sdk import records_from_payload
 
 RANKS = 64
 GPUS_PER_NODE = 8
-STEPS = 50
+STEPS = scaled(50, 2)
 ROWS_PER_ENVELOPE = (5, 50)
-REPEATS = 15
+REPEATS = scaled(15, 1)
 TARGETS = {"step_time": 5.0, "step_memory": 1.0, "system": 1.0, "process": 1.0}
 TO_DICT_TARGET = 3.0  # to_dict() at least this many times faster than dataclasses.asdict
 WRITERS = [runtime_environment, system, process, step_time, step_memory, stdout_stderr]

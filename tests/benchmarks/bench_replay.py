@@ -39,11 +39,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from _smoke import scaled
 from traceml_exporter_sdk import ExporterContext, ExportWorker, StepTimeRecord, records_from_payload
 
-RECORDS = 1_000_000
+RECORDS = scaled(1_000_000, 4_000)
 ROWS_PER_PAYLOAD = 10
-BACKFILL_ROWS = 200_000
+BACKFILL_ROWS = scaled(200_000, 2_000)
 TARGET_RATIO = 2.0
 TARGET_VS_REFERENCE = 4.0
 
