@@ -165,8 +165,12 @@ def _floor_run(
     """
     import uuid
 
-    from psycopg.types.json import set_json_dumps
-    from traceml_exporter_bench._postgres_schema import binary_types, ensure_table, layout_for
+    from traceml_exporter_bench._postgres_schema import (
+        binary_types,
+        ensure_table,
+        layout_for,
+        register_binary_dumpers,
+    )
 
     stream, columns = records[0].STREAM, records[0].COLUMNS
     layout = layout_for(stream, columns, include_hostname=False)
@@ -190,8 +194,10 @@ def _floor_run(
         conn.commit()
         types = binary_types(layout.columns, table)
         run_id = "00000000-0000-0000-0000-000000000000"
-        prefix = (run_id if types is None else uuid.UUID(run_id), "floor")
-        rows = [layout.row(r.to_dict(), prefix) for r in records]
+        binary = types is not None
+        prefix = (uuid.UUID(run_id).bytes if binary else run_id, "floor")
+        rows = [layout.row(r.to_dict(), prefix, binary=binary) for r in records]
+        register_binary_dumpers(conn)
         copy = sql.SQL("COPY {} ({}) FROM STDIN{}").format(
             target,
             sql.SQL(", ").join(map(sql.Identifier, layout.columns)),
@@ -200,7 +206,6 @@ def _floor_run(
         gc.collect()
         start = time.perf_counter()
         with conn.cursor() as cur:
-            set_json_dumps(str, context=cur)
             for i in range(0, len(rows), FLUSH_EVERY):
                 with cur.copy(copy) as pipe:
                     if types is not None:

@@ -45,7 +45,6 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import set_json_dumps
 
 from ._contract import ExporterContext, ExportRecord
 from ._postgres_schema import (
@@ -54,6 +53,7 @@ from ._postgres_schema import (
     binary_types,
     ensure_table,
     layout_for,
+    register_binary_dumpers,
 )
 
 __all__ = [
@@ -236,9 +236,8 @@ class {{ cookiecutter.exporter_class }}:
         seq = self._flushes + 1
         self._pending = {}
         text_prefix = (self.run_id, str(self.session_root))
-        binary_prefix = (uuid.UUID(self.run_id), str(self.session_root))
+        binary_prefix = (uuid.UUID(self.run_id).bytes, str(self.session_root))
         with conn.transaction(), conn.cursor() as cur:
-            set_json_dumps(_already_json, context=cur)  # Layout.row makes the JSON text
             for layout, rows in self._rows.items():
                 key = (layout.stream, layout.record_columns)
                 table = self._tables.get(key)
@@ -260,7 +259,7 @@ class {{ cookiecutter.exporter_class }}:
                 with cur.copy(copy) as pipe:
                     if types is not None:
                         pipe.set_types(types)
-                    for row in layout.rows(rows, prefix):
+                    for row in layout.rows(rows, prefix, binary=types is not None):
                         pipe.write_row(row)
             cur.execute(
                 sql.SQL(
@@ -314,6 +313,7 @@ class {{ cookiecutter.exporter_class }}:
             connect_timeout=CONNECT_TIMEOUT_S,
             fallback_application_name=APPLICATION_NAME,
         )
+        register_binary_dumpers(conn)
         try:
             conn.execute(
                 "SELECT set_config('statement_timeout', %s, false), "
@@ -367,11 +367,6 @@ class {{ cookiecutter.exporter_class }}:
                 "written_records jsonb)"
             ).format(self._meta(RUNS_TABLE))
         )
-
-
-def _already_json(text: Any) -> str:
-    """psycopg's jsonb dumps for the COPY: ``Layout.row`` already made the JSON text."""
-    return str(text)
 
 
 def _as_int(value: Any) -> int | None:

@@ -482,8 +482,10 @@ def test_rows_of_a_batch_are_row_of_each(stream: str, size: int, data: st.DataOb
         for name in data.draw(st.lists(st.sampled_from(columns), max_size=2)):
             row[name] = data.draw(_VALUES[column_type(name)])
         batch.append(_Dict(row))
+    binary = data.draw(st.booleans())
     prefix = ("00000000-0000-0000-0000-000000000000", "root")
-    assert list(layout.rows(batch, prefix)) == [layout.row(r.to_dict(), prefix) for r in batch]
+    want = [layout.row(r.to_dict(), prefix, binary=binary) for r in batch]
+    assert list(layout.rows(batch, prefix, binary=binary)) == want
 
 
 @pytest.mark.parametrize(
