@@ -62,6 +62,7 @@ TEMPLATE_NAMES = frozenset(
         "PostgresUnavailableError", "RECEIPT_FILE", "REQUIRE_ENV", "SCHEMA_ENV", "SINK_COLUMNS",
         "STATEMENT_TIMEOUT_MS", "STREAM_COLUMNS", "TableKey", "UNIQUE_VIEW_SUFFIX",
         "Cursor", "DatatypeMismatch", "EXACT", "RUN_ID", "SESSION_ROOT", "STREAM_KEYS",
+        "AdaptContext", "Dumper", "Format",
         # the parquet sink's modules and tests
         "BACKLOG_BYTES", "BATCH", "BIG_FILE_ROWS", "CLOSE_GRACE_S", "COMPRESSION",
         "CONTRACT_VERSION", "DRIVER", "EVENTS_TYPE", "EXACT_TEXT", "FIELD_TYPES", "FLUSHES",
