@@ -4,17 +4,22 @@ Every check is its own test (``pytest -k <check>`` runs one); the rules are list
 ``_contract.py``. What only the sink knows comes from ``sink_support.py``:
 ``read_export(context)``, which turns the data-fidelity checks on, and, for a sink the
 suite's defaults cannot break (one that does not live under ``export_dir``),
-``break_sink(context)`` and ``broken_context(context)``.
+``break_sink(context)`` and ``broken_context(context)``. The round trips below run on
+every sink through the same ``read_export``; ``test_exporter.py`` tests the sink's own.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import sink_support
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker
 from traceml_exporter_sdk.testing import ExporterConformance, expected_by_stream
+from traceml_exporter_sdk.testing.strategies import record_batches
 
 from {{ cookiecutter.package_name }}.exporter import make_exporter
 
@@ -36,6 +41,40 @@ class Test{{ cookiecutter.exporter_class }}(ExporterConformance):
         (own or super().break_sink)(context)
 
 
+def written(context: ExporterContext) -> dict[str, list[dict[str, Any]]]:
+    """What ``read_export`` finds, streams with no row left out."""
+    return {s: rows for s, rows in sink_support.read_export(context).items() if rows}
+
+
+def test_driven_by_the_export_worker(context: ExporterContext, records: list[ExportRecord]) -> None:
+    """open/write/flush/close on the worker's own thread, exactly as TraceML calls them."""
+    worker = ExportWorker(make_exporter, context).start()
+    worker.submit_records(records)
+    report = worker.shutdown()
+    assert report.failure is None
+    assert report.delivered_records == len(records)
+    assert written(context) == expected_by_stream(records)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(batch=record_batches(max_size=6), include_hostname=st.booleans())
+def test_any_batch_reads_back_as_written(batch: list[ExportRecord], include_hostname: bool) -> None:
+    """The SDK's record strategies, in two flushes: what goes in comes back out."""
+    with tempfile.TemporaryDirectory() as folder:
+        context = ExporterContext.create(folder, "all", exporter_hostname=include_hostname)
+        exporter = make_exporter(context)
+        exporter.open()
+        for part in (batch[: len(batch) // 2], batch[len(batch) // 2 :]):
+            exporter.write(part)
+            exporter.flush()
+        exporter.close()
+        assert written(context) == expected_by_stream(batch, include_hostname=include_hostname)
+
+
 def test_any_text_is_kept_exactly(
     hostname_context: ExporterContext, hostile_records: list[ExportRecord]
 ) -> None:
@@ -45,5 +84,4 @@ def test_any_text_is_kept_exactly(
     report = worker.shutdown()
     assert report.failure is None
     assert report.delivered_records == len(hostile_records)
-    written = {s: rows for s, rows in sink_support.read_export(hostname_context).items() if rows}
-    assert written == expected_by_stream(hostile_records, include_hostname=True)
+    assert written(hostname_context) == expected_by_stream(hostile_records, include_hostname=True)

@@ -234,21 +234,6 @@ def test_a_lone_surrogate_in_a_map_key_is_sent_escaped_and_read_back_exactly(
     assert non_empty(read_export(context)) == expected_by_stream([record])
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batch=record_batches(max_size=6), include_hostname=st.booleans())
-def test_any_batch_reads_back_as_written(batch: list[ExportRecord], include_hostname: bool) -> None:
-    want: ByStream = {}
-    for record in batch:
-        data = record.to_dict()
-        if not include_hostname:
-            data.pop("hostname", None)
-        want.setdefault(record.STREAM, []).append(data)
-    with tempfile.TemporaryDirectory() as folder:
-        context = ExporterContext.create(folder, "all", exporter_hostname=include_hostname)
-        run(context, batch)
-        assert non_empty(read_export(context)) == want
-
-
 # -- delivery ------------------------------------------------------------------------
 
 
@@ -553,15 +538,6 @@ def test_open_against_a_closed_port_fails_within_the_deadline(context: ExporterC
     with pytest.raises(OtlpExportError, match=r"Connection refused|NewConnectionError"):
         exporter_for(context).open()
     assert time.monotonic() - start < 1.5
-
-
-def test_driven_by_the_export_worker(context: ExporterContext, records: list[ExportRecord]) -> None:
-    worker = ExportWorker(make_exporter, context).start()
-    worker.submit_records(records)
-    report = worker.shutdown()
-    assert report.failure is None
-    assert report.delivered_records == len(records)
-    assert sum(len(rows) for rows in read_export(context).values()) == len(records)
 
 
 @pytest.fixture(autouse=True)

@@ -192,24 +192,3 @@ def test_open_fails_cleanly_when_export_dir_is_a_file(context: ExporterContext) 
     exporter = make_exporter(context)
     with pytest.raises(OSError, match="export"):
         exporter.open()
-
-
-def test_driven_by_the_export_worker(context: ExporterContext, records: list[ExportRecord]) -> None:
-    """open/write/flush/close on the worker's own thread, exactly as TraceML calls them."""
-    worker = ExportWorker(make_exporter, context).start()
-    worker.submit_records(records)
-    report = worker.shutdown()
-    assert report.failure is None
-    assert report.delivered_records == len(records)
-    assert sum(len(rows) for rows in read(context).values()) == len(records)
-
-
-@settings(max_examples=20, deadline=None)
-@given(batch=record_batches(max_size=6), include_hostname=st.booleans())
-def test_any_batch_reads_back_as_written(batch: list[ExportRecord], include_hostname: bool) -> None:
-    """Property test with the SDK's record strategies: what goes in comes back out."""
-    want = expected_by_stream(batch, include_hostname=include_hostname)
-    with tempfile.TemporaryDirectory() as folder:
-        context = ExporterContext.create(folder, "all", exporter_hostname=include_hostname)
-        run(context, batch)
-        assert read(context) == want
