@@ -19,7 +19,7 @@ def test_bake_from_a_clean_clone(tmp_path: Path, sink: str) -> None:
         "the working tree's template bakes files that a clone of HEAD does not: "
         "commit (git add) every file the template needs"
     )
-    end_to_end = "tests/test_exporter.py::test_driven_by_the_export_worker"
+    end_to_end = "tests/test_conformance.py::test_driven_by_the_export_worker"
     tests = run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", end_to_end],
         cwd=from_clone,

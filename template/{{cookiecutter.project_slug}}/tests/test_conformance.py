@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import sink_support
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker
-from traceml_exporter_sdk.testing import ExporterConformance, expected_by_stream
+from traceml_exporter_sdk.testing import ExporterConformance, as_foreign, expected_by_stream
 from traceml_exporter_sdk.testing.strategies import record_batches
 
 from {{ cookiecutter.package_name }}.exporter import make_exporter
@@ -46,6 +47,27 @@ def written(context: ExporterContext) -> dict[str, list[dict[str, Any]]]:
     return {s: rows for s, rows in sink_support.read_export(context).items() if rows}
 
 
+def run(context: ExporterContext, *batches: list[ExportRecord]) -> None:
+    """open, then write and flush each batch, then close: the calls TraceML makes."""
+    exporter = make_exporter(context)
+    exporter.open()
+    for batch in batches:
+        exporter.write(batch)
+        exporter.flush()
+    exporter.close()
+
+
+def test_records_of_other_classes_are_written_the_same(
+    tmp_path: Path, records: list[ExportRecord]
+) -> None:
+    """Look-alike classes (as TraceML's own are) give exactly what the SDK's records give."""
+    ours = ExporterContext.create(tmp_path / "sdk", export_streams="all")
+    theirs = ExporterContext.create(tmp_path / "foreign", export_streams="all")
+    run(ours, records)
+    run(theirs, as_foreign(records))
+    assert written(theirs) == written(ours) == expected_by_stream(records)
+
+
 def test_driven_by_the_export_worker(context: ExporterContext, records: list[ExportRecord]) -> None:
     """open/write/flush/close on the worker's own thread, exactly as TraceML calls them."""
     worker = ExportWorker(make_exporter, context).start()
@@ -66,12 +88,7 @@ def test_any_batch_reads_back_as_written(batch: list[ExportRecord], include_host
     """The SDK's record strategies, in two flushes: what goes in comes back out."""
     with tempfile.TemporaryDirectory() as folder:
         context = ExporterContext.create(folder, "all", exporter_hostname=include_hostname)
-        exporter = make_exporter(context)
-        exporter.open()
-        for part in (batch[: len(batch) // 2], batch[len(batch) // 2 :]):
-            exporter.write(part)
-            exporter.flush()
-        exporter.close()
+        run(context, batch[: len(batch) // 2], batch[len(batch) // 2 :])
         assert written(context) == expected_by_stream(batch, include_hostname=include_hostname)
 
 

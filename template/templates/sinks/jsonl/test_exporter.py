@@ -73,16 +73,6 @@ def test_hostname_kept_when_asked(
     assert written["step_time"][1]["hostname"] is None
 
 
-def test_records_of_other_classes_are_written_the_same(
-    tmp_path: Path, records: list[ExportRecord]
-) -> None:
-    ours = ExporterContext.create(tmp_path / "sdk", export_streams="all")
-    theirs = ExporterContext.create(tmp_path / "foreign", export_streams="all")
-    run(ours, records)
-    run(theirs, as_foreign(records))
-    assert read(theirs) == read(ours)
-
-
 def test_flush_fsyncs_every_file(
     context: ExporterContext, records: list[ExportRecord], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -191,16 +191,6 @@ def test_wrong_path_fails_open_with_the_collectors_message(
         make_exporter(context).open()
 
 
-def test_records_of_other_classes_are_sent_the_same(
-    tmp_path: Path, records: list[ExportRecord]
-) -> None:
-    ours = ExporterContext.create(tmp_path / "sdk", export_streams="all")
-    theirs = ExporterContext.create(tmp_path / "foreign", export_streams="all")
-    run(ours, records)
-    run(theirs, as_foreign(records))
-    assert read_export(theirs) == read_export(ours)
-
-
 def test_lone_surrogates_are_sent_and_read_back_exactly(
     hostname_context: ExporterContext, otlp_peer: OtlpReceiver
 ) -> None:

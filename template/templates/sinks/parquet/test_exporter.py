@@ -245,16 +245,6 @@ def test_an_unknown_field_is_kept_as_json_text(context: ExporterContext) -> None
     assert field.type == pa.string()
 
 
-def test_records_of_other_classes_are_written_the_same(
-    tmp_path: Path, records: list[ExportRecord]
-) -> None:
-    ours = ExporterContext.create(tmp_path / "sdk", export_streams="all")
-    theirs = ExporterContext.create(tmp_path / "foreign", export_streams="all")
-    run(ours, records)
-    run(theirs, as_foreign(records))
-    assert read(theirs) == read(ours)
-
-
 def test_sdk_and_look_alike_records_mixed_in_one_batch_keep_their_order(
     context: ExporterContext, records: list[ExportRecord]
 ) -> None:

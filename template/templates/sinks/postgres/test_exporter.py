@@ -197,17 +197,6 @@ def test_nanoseconds_are_exact_and_none_is_null(
                     (NS, 0.0, 300.0)]  # fmt: skip
 
 
-def test_records_of_other_classes_are_written_the_same(
-    tmp_path: Path, schema: str, records: list[ExportRecord]
-) -> None:
-    del schema
-    ours = ExporterContext.create(tmp_path / "sdk", export_streams="all")
-    theirs = ExporterContext.create(tmp_path / "foreign", export_streams="all")
-    run(ours, records)
-    run(theirs, as_foreign(records))
-    assert read(theirs) == read(ours)
-
-
 def test_writes_are_committed_by_flush_only(
     opened: {{ cookiecutter.exporter_class }}, schema: str, records: list[ExportRecord],
     postgres: Database,

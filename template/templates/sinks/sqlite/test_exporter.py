@@ -105,16 +105,6 @@ def test_a_lone_surrogate_is_stored_as_a_blob(context: ExporterContext) -> None:
     assert [row["line"] for row in read(context)["stdout_stderr"]] == [line, "ok"]
 
 
-def test_records_of_other_classes_are_written_the_same(
-    tmp_path: Path, records: list[ExportRecord]
-) -> None:
-    ours = ExporterContext.create(tmp_path / "sdk", export_streams="all")
-    theirs = ExporterContext.create(tmp_path / "foreign", export_streams="all")
-    run(ours, records)
-    run(theirs, as_foreign(records))
-    assert read(theirs) == read(ours)
-
-
 def test_writes_are_committed_by_flush(
     context: ExporterContext, records: list[ExportRecord]
 ) -> None:
