@@ -42,7 +42,7 @@ DEPENDENCY_MODULES = frozenset(
         "psycopg", "psycopg_pool", "psycopg_binary", "pyarrow", "duckdb", "opentelemetry",
         "google", "grpc", "httpx", "requests", "urllib3", "certifi", "polars",
         # folder names a project has, where a package of that name would be confused
-        "tests", "conftest", "src", "sink_support",
+        "tests", "conftest", "src", "sink_support", "exporter_calls",
     }
 )  # fmt: skip
 """Import names a package may not take: the generated project, or its tests, import them."""

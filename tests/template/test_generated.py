@@ -40,6 +40,7 @@ COMMON_FILES = [
     f"src/{DEFAULT_PACKAGE}/exporter.py",
     f"src/{DEFAULT_PACKAGE}/py.typed",
     "tests/conftest.py",
+    "tests/exporter_calls.py",
     "tests/sink_support.py",
     "tests/test_conformance.py",
     "tests/test_exporter.py",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import sink_support
+from exporter_calls import run, written
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker
@@ -40,21 +41,6 @@ class Test{{ cookiecutter.exporter_class }}(ExporterConformance):
         own: Callable[[ExporterContext], None] | None
         own = getattr(sink_support, "break_sink", None)
         (own or super().break_sink)(context)
-
-
-def written(context: ExporterContext) -> dict[str, list[dict[str, Any]]]:
-    """What ``read_export`` finds, streams with no row left out."""
-    return {s: rows for s, rows in sink_support.read_export(context).items() if rows}
-
-
-def run(context: ExporterContext, *batches: list[ExportRecord]) -> None:
-    """open, then write and flush each batch, then close: the calls TraceML makes."""
-    exporter = make_exporter(context)
-    exporter.open()
-    for batch in batches:
-        exporter.write(batch)
-        exporter.flush()
-    exporter.close()
 
 
 def test_records_of_other_classes_are_written_the_same(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from exporter_calls import run, written
 from sink_support import read_export
 from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker
 from traceml_exporter_sdk.testing import as_foreign, expected_by_stream
@@ -23,20 +24,6 @@ from {{ cookiecutter.package_name }}.exporter import (
     encode_line,
     make_exporter,
 )
-
-
-def read(context: ExporterContext) -> dict[str, list[dict[str, Any]]]:
-    """What the exporter wrote, streams with no line left out."""
-    return {stream: rows for stream, rows in read_export(context).items() if rows}
-
-
-def run(context: ExporterContext, *batches: list[ExportRecord], dropped: int = 0) -> None:
-    exporter = make_exporter(context)
-    exporter.open()
-    for batch in batches:
-        exporter.write(batch)
-        exporter.flush()
-    exporter.close(dropped_batches=dropped)
 
 
 def test_factory_only_stores_settings(context: ExporterContext) -> None:
@@ -59,18 +46,18 @@ def test_lines_are_to_dict_without_hostname(
     context: ExporterContext, records: list[ExportRecord]
 ) -> None:
     run(context, records[:4], records[4:])
-    written = read(context)
-    assert written == expected_by_stream(records)
-    assert all("hostname" not in row for rows in written.values() for row in rows)
+    back = written(context)
+    assert back == expected_by_stream(records)
+    assert all("hostname" not in row for rows in back.values() for row in rows)
 
 
 def test_hostname_kept_when_asked(
     hostname_context: ExporterContext, records: list[ExportRecord]
 ) -> None:
     run(hostname_context, records)
-    written = read(hostname_context)
-    assert written == expected_by_stream(records, include_hostname=True)
-    assert written["step_time"][1]["hostname"] is None
+    back = written(hostname_context)
+    assert back == expected_by_stream(records, include_hostname=True)
+    assert back["step_time"][1]["hostname"] is None
 
 
 def test_flush_fsyncs_every_file(
@@ -103,13 +90,13 @@ def test_unflushed_lines_survive_close_and_summary_counts(
     assert summary["dropped_batches"] == 3
     assert summary["written_records"]["step_time"] == 3
     assert sum(summary["written_records"].values()) == len(records)
-    assert sum(len(rows) for rows in read(context).values()) == len(records)
+    assert sum(len(rows) for rows in written(context).values()) == len(records)
 
 
 def test_a_second_run_appends(context: ExporterContext, records: list[ExportRecord]) -> None:
     run(context, records)
     run(context, records)
-    assert sum(len(rows) for rows in read(context).values()) == 2 * len(records)
+    assert sum(len(rows) for rows in written(context).values()) == 2 * len(records)
 
 
 def test_integers_beyond_64_bits_stay_exact() -> None:

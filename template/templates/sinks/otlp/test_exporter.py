@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from exporter_calls import run, written
 from sink_support import ENDPOINT_VARIABLE, closed_port_endpoint, read_export
 from traceml_exporter_sdk import (
     ExporterContext,
@@ -43,19 +44,6 @@ from {{ cookiecutter.package_name }}.exporter import (
 )
 
 ByStream = dict[str, list[dict[str, Any]]]
-
-
-def non_empty(by_stream: ByStream) -> ByStream:
-    return {stream: rows for stream, rows in by_stream.items() if rows}
-
-
-def run(context: ExporterContext, *batches: Sequence[ExportRecord], dropped: int = 0) -> None:
-    exporter = make_exporter(context)
-    exporter.open()
-    for batch in batches:
-        exporter.write(batch)
-        exporter.flush()
-    exporter.close(dropped_batches=dropped)
 
 
 def exporter_for(context: ExporterContext, **options: Any) -> {{ cookiecutter.exporter_class }}:
@@ -94,7 +82,7 @@ def test_records_round_trip_without_hostname(
     context: ExporterContext, records: list[ExportRecord]
 ) -> None:
     run(context, records[:4], records[4:])
-    assert non_empty(read_export(context)) == expected_by_stream(records)
+    assert written(context) == expected_by_stream(records)
 
 
 def test_records_round_trip_with_hostname(
@@ -102,13 +90,13 @@ def test_records_round_trip_with_hostname(
 ) -> None:
     run(hostname_context, records)
     expected = expected_by_stream(records, include_hostname=True)
-    assert non_empty(read_export(hostname_context)) == expected
+    assert written(hostname_context) == expected
 
 
 def test_corpus_round_trips(context: ExporterContext) -> None:
     records = corpus_records()
     run(context, records)
-    assert non_empty(read_export(context)) == expected_by_stream(records)
+    assert written(context) == expected_by_stream(records)
 
 
 def test_log_record_layout(
@@ -205,7 +193,7 @@ def test_lone_surrogates_are_sent_and_read_back_exactly(
                       "\ud800 lone high".encode("utf-8", "surrogatepass"),
                       "nul \x00 and \u2028"]  # fmt: skip
     expected = expected_by_stream(hostile, include_hostname=True)
-    assert non_empty(read_export(hostname_context)) == expected
+    assert written(hostname_context) == expected
 
 
 def test_a_lone_surrogate_in_a_map_key_is_sent_escaped_and_read_back_exactly(
@@ -221,7 +209,7 @@ def test_a_lone_surrogate_in_a_map_key_is_sent_escaped_and_read_back_exactly(
         "\\\\\\x": stats,
         "plain \\u": stats,
     }
-    assert non_empty(read_export(context)) == expected_by_stream([record])
+    assert written(context) == expected_by_stream([record])
 
 
 # -- delivery ------------------------------------------------------------------------
@@ -453,7 +441,7 @@ def test_an_oversized_batch_is_split_never_dropped(
     assert len(sizes) > 3
     assert max(sizes) <= limit
     assert sum(r["records"] for r in otlp_peer.requests()) == len(records)
-    assert non_empty(read_export(context)) == expected_by_stream(records)
+    assert written(context) == expected_by_stream(records)
 
 
 def test_a_collector_limit_below_the_request_size_is_raised(context: ExporterContext) -> None:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from exporter_calls import run, written
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from traceml_exporter_sdk import (
@@ -41,10 +42,6 @@ ByStream = dict[str, list[dict[str, Any]]]
 NS = 1_712_345_678_901_234_567
 
 
-def read(context: ExporterContext) -> ByStream:
-    return {s: rows for s, rows in read_export(context.export_dir).items() if rows}
-
-
 def visible(context: ExporterContext, stream: str) -> list[str]:
     """What a glob reader of the stream folder lists."""
     return sorted(p.name for p in (context.export_dir / stream).glob("*.parquet"))
@@ -52,15 +49,6 @@ def visible(context: ExporterContext, stream: str) -> list[str]:
 
 def everything_under(context: ExporterContext) -> list[str]:
     return sorted(str(p.relative_to(context.export_dir)) for p in context.export_dir.rglob("*"))
-
-
-def run(context: ExporterContext, *batches: Sequence[ExportRecord], dropped: int = 0) -> None:
-    exporter = make_exporter(context)
-    exporter.open()
-    for batch in batches:
-        exporter.write(batch)
-        exporter.flush()
-    exporter.close(dropped_batches=dropped)
 
 
 def memory(step: int, peak: float | None = 1e9, device: str | None = "cuda:0") -> StepMemoryRecord:
@@ -93,7 +81,7 @@ def test_rows_are_to_dict_without_hostname(
     context: ExporterContext, records: list[ExportRecord]
 ) -> None:
     run(context, records[:4], records[4:])
-    assert read(context) == expected_by_stream(records)
+    assert written(context) == expected_by_stream(records)
     schema = pq.read_schema(next((context.export_dir / "step_time").glob("*.parquet")))
     assert "hostname" not in schema.names
     assert schema.names[:2] == ["stream", "schema_version"]
@@ -103,7 +91,7 @@ def test_hostname_kept_when_asked(
     hostname_context: ExporterContext, records: list[ExportRecord]
 ) -> None:
     run(hostname_context, records)
-    assert read(hostname_context) == expected_by_stream(records, include_hostname=True)
+    assert written(hostname_context) == expected_by_stream(records, include_hostname=True)
 
 
 def test_schema_is_declared_not_inferred(context: ExporterContext) -> None:
@@ -140,7 +128,7 @@ def test_events_are_a_nested_map(context: ExporterContext, records: list[ExportR
     schema = pq.read_schema(next((context.export_dir / "step_time").glob("*.parquet")))
     assert schema.field("events").type == EVENTS_TYPE
     assert pa.types.is_map(EVENTS_TYPE.item_type)
-    (row,) = read(context)["step_time"]
+    (row,) = written(context)["step_time"]
     assert row["events"] == records[0].to_dict()["events"]
 
 
@@ -158,7 +146,7 @@ def test_hostile_text_follows_the_documented_rule(hostname_context: ExporterCont
     step = StepTimeRecord(NS, 0, 0, 0, 1, 1, 0, host, NS, 1, 1, events)  # type: ignore[arg-type]
     batch: list[ExportRecord] = [StdoutStderrRecord(NS, 0, NS, line) for line in lines]
     run(hostname_context, [*batch, step])
-    got = read(hostname_context)
+    got = written(hostname_context)
     assert [r["line"] for r in got["stdout_stderr"]] == [*lines[:3], "\U0001f600"]
     (row,) = got["step_time"]
     assert row["hostname"] == host
@@ -187,13 +175,13 @@ def test_an_integer_beyond_int64_raises_and_names_the_field(context: ExporterCon
         exporter.flush()
     with pytest.raises(RuntimeError, match="failed exporter"):
         exporter.close()
-    assert [r["step"] for r in read(context)["step_memory"]] == [1]
+    assert [r["step"] for r in written(context)["step_memory"]] == [1]
 
 
 def test_int64_limits_and_nan_are_stored_exactly(context: ExporterContext) -> None:
     low, high = -(2**63), 2**63 - 1
     run(context, [memory(low, peak=float("nan")), memory(high, peak=float("-inf"))])
-    rows = read(context)["step_memory"]
+    rows = written(context)["step_memory"]
     assert [r["step"] for r in rows] == [low, high]
     assert rows[0]["peak_alloc_bytes"] != rows[0]["peak_alloc_bytes"]  # NaN stays NaN
     assert rows[1]["peak_alloc_bytes"] == float("-inf")
@@ -216,7 +204,7 @@ def test_an_unknown_stats_key_of_a_later_schema_is_refused_not_dropped(
     known = {"fwd": {"cpu": {"is_gpu": False, "cpu_ms": 1.0}}}
     later: list[ExportRecord] = [LaterStep(1, known)]
     run(context, later)
-    assert read(context)["step_time"][0]["events"]["fwd"]["cpu"]["cpu_ms"] == 1.0
+    assert written(context)["step_time"][0]["events"]["fwd"]["cpu"]["cpu_ms"] == 1.0
     unknown = {"fwd": {"cpu": {"is_gpu": False, "cpu_ms": 1.0, "new_stat": 2}}}
     exporter = make_exporter(context)
     exporter.open()
@@ -240,7 +228,7 @@ def test_an_unknown_field_is_kept_as_json_text(context: ExporterContext) -> None
 
     later: list[ExportRecord] = [Later(0, "x", {"a": [1, 2.5]}), Later(1, "y", None)]
     run(context, later)
-    assert read(context)["stdout_stderr"] == [r.to_dict() for r in later]
+    assert written(context)["stdout_stderr"] == [r.to_dict() for r in later]
     field = pq.read_schema(next((context.export_dir / "stdout_stderr").glob("*"))).field("labels")
     assert field.type == pa.string()
 
@@ -251,7 +239,7 @@ def test_sdk_and_look_alike_records_mixed_in_one_batch_keep_their_order(
     foreign = as_foreign(records)
     mixed = [r if i % 2 else f for i, (r, f) in enumerate(zip(records, foreign, strict=True))]
     run(context, mixed, records)
-    assert read(context) == expected_by_stream([*records, *records])
+    assert written(context) == expected_by_stream([*records, *records])
 
 
 def test_text_and_map_keys_are_dictionary_encoded_numbers_are_not(
@@ -286,7 +274,7 @@ def test_each_flush_adds_one_part_per_stream_and_close_compacts(context: Exporte
     assert summary["dropped_batches"] == 2
     (name,) = visible(context, "step_memory")
     assert name.endswith("-0000000001-0000000005.parquet")
-    assert [r["step"] for r in read(context)["step_memory"]] == list(range(5))
+    assert [r["step"] for r in written(context)["step_memory"]] == list(range(5))
     generations = [p.name for p in (context.export_dir / ".step_memory").iterdir()]
     assert len(generations) == 1  # replaced generations are removed at close
     assert os.readlink(context.export_dir / "step_memory").endswith(generations[0])
@@ -300,7 +288,7 @@ def test_compaction_past_the_part_limit_keeps_order(context: ExporterContext) ->
         exporter.flush()
         assert len(visible(context, "step_memory")) <= 3
         want = [s for s in range(step + 1) for _ in range(2)]
-        assert [r["step"] for r in read(context)["step_memory"]] == want
+        assert [r["step"] for r in written(context)["step_memory"]] == want
     exporter.close()
     assert len(visible(context, "step_memory")) == 1
 
@@ -310,9 +298,9 @@ def test_a_backlog_is_written_out_before_the_flush(context: ExporterContext) -> 
     exporter.open()
     exporter.write([memory(step) for step in range(20_000)])  # past STAGE_ROWS: staged to Arrow
     assert len(visible(context, "step_memory")) == 1
-    assert len(read(context)["step_memory"]) == 20_000
+    assert len(written(context)["step_memory"]) == 20_000
     exporter.close()
-    assert len(read(context)["step_memory"]) == 20_000
+    assert len(written(context)["step_memory"]) == 20_000
 
 
 def test_durable_parts_and_compaction(context: ExporterContext) -> None:
@@ -322,7 +310,7 @@ def test_durable_parts_and_compaction(context: ExporterContext) -> None:
         exporter.write([memory(step)])
         exporter.flush()
     exporter.close()
-    assert [r["step"] for r in read(context)["step_memory"]] == list(range(6))
+    assert [r["step"] for r in written(context)["step_memory"]] == list(range(6))
     assert len(visible(context, "step_memory")) == 1
 
 
@@ -332,7 +320,7 @@ def test_a_second_run_adds_its_files_and_keeps_the_first(
     run(context, records[:1])
     run(context, records[:1])
     assert len(visible(context, "step_time")) == 2
-    assert len(read(context)["step_time"]) == 2
+    assert len(written(context)["step_time"]) == 2
 
 
 def test_leftovers_of_a_killed_run_are_hidden_and_removed(

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
+from exporter_calls import run, written
 from sink_support import CommitAnswerDropper, Database, read_export
 from traceml_exporter_sdk import (
     ExporterContext,
@@ -60,19 +61,6 @@ def schema(monkeypatch: pytest.MonkeyPatch) -> str:
     name = f"t_{secrets.token_hex(4)}"
     monkeypatch.setenv(SCHEMA_ENV, name)
     return name
-
-
-def read(context: ExporterContext) -> ByStream:
-    return {stream: rows for stream, rows in read_export(context).items() if rows}
-
-
-def run(context: ExporterContext, *batches: list[ExportRecord], dropped: int = 0) -> None:
-    exporter = make_exporter(context)
-    exporter.open()
-    for batch in batches:
-        exporter.write(batch)
-        exporter.flush()
-    exporter.close(dropped_batches=dropped)
 
 
 def exporter_backends(postgres: Database) -> list[int]:
@@ -173,7 +161,7 @@ def test_rows_are_to_dict_without_hostname(
 ) -> None:
     del schema
     run(context, records[:4], records[4:])
-    assert read(context) == expected_by_stream(records)
+    assert written(context) == expected_by_stream(records)
 
 
 def test_hostname_kept_when_asked(
@@ -181,7 +169,7 @@ def test_hostname_kept_when_asked(
 ) -> None:
     del schema
     run(hostname_context, records)
-    assert read(hostname_context) == expected_by_stream(records, include_hostname=True)
+    assert written(hostname_context) == expected_by_stream(records, include_hostname=True)
 
 
 def test_nanoseconds_are_exact_and_none_is_null(
@@ -215,14 +203,14 @@ def test_close_delivers_unflushed_writes_and_logs_the_run(
     exporter.open()
     exporter.write(records)
     exporter.close(dropped_batches=3)
-    assert sum(len(rows) for rows in read(context).values()) == len(records)
-    ((dropped, written),) = postgres.execute(
+    assert sum(len(rows) for rows in written(context).values()) == len(records)
+    ((dropped, per_stream),) = postgres.execute(
         sql.SQL("SELECT dropped_batches, written_records FROM {}").format(
             table(schema, "_export_runs")
         )
     )
     assert dropped == 3
-    assert written["step_time"] == 3
+    assert per_stream["step_time"] == 3
 
 
 def test_a_killed_backend_between_flushes_loses_and_doubles_nothing(
@@ -244,7 +232,7 @@ def test_a_killed_backend_between_flushes_loses_and_doubles_nothing(
     assert second != first
     postgres.kill_exporters()
     exporter.close()  # the same once more, at close
-    assert read(context) == expected_by_stream(records)
+    assert written(context) == expected_by_stream(records)
 
 
 def _commit_trigger(postgres: Database, schema: str, body: str) -> None:
@@ -300,7 +288,7 @@ def test_a_commit_lost_once_is_sent_again_exactly_once(
     opened.flush()  # the first COMMIT dies with its backend; the reconnect sends it again
     assert count(postgres, schema, "step_time") == 3
     opened.close()
-    assert len(read(context)["step_time"]) == 3
+    assert len(written(context)["step_time"]) == 3
 
 
 @pytest.mark.usefixtures("schema")
@@ -320,7 +308,7 @@ def test_a_commit_whose_answer_is_lost_is_not_sent_again(
         assert proxy.dropped == 1
         exporter.close()
     monkeypatch.delenv(CONNINFO_ENV)
-    assert read(context) == expected_by_stream(records)
+    assert written(context) == expected_by_stream(records)
 
 
 def test_a_commit_lost_twice_raises_the_servers_message(
@@ -422,7 +410,7 @@ def test_nul_surrogates_and_out_of_range_values_follow_the_rule(
     assert kept == {"phase\ufffd": {"cpu\ufffd": {"is_gpu": False, "duration_ms": None,
                                                    "cpu_ms": 1.5, "gpu_ms": None,
                                                    "n_calls": 2**80}}}  # fmt: skip
-    back = read(context)
+    back = written(context)
     assert [row["line"] for row in back["stdout_stderr"]] == [
         r.to_dict()["line"] for r in hostile if r.STREAM == "stdout_stderr"
     ]
@@ -506,7 +494,7 @@ def test_an_older_table_is_reused_and_widened(
     old = old_table(postgres, schema, "stdout_stderr", "rank integer, line varchar(200)")
     postgres.execute(sql.SQL("INSERT INTO {} VALUES (7, 'from the old exporter')").format(old))
     run(context, records[6:7])
-    assert read(context)["stdout_stderr"] == [records[6].to_dict()]
+    assert written(context)["stdout_stderr"] == [records[6].to_dict()]
     rows = postgres.execute(sql.SQL("SELECT rank, line FROM {} ORDER BY _row_id").format(old))
     assert rows == [(7, "from the old exporter"), (0, records[6].to_dict()["line"])]
     kinds = dict(
@@ -539,7 +527,7 @@ def test_an_int_in_a_float_column_and_a_numeric_column_are_stored_exactly(
     memory = StepMemoryRecord(NS, 0, 0, 0, 1, 1, 0, None, NS, 1, "cuda:0", 1, 2**40, None)
     line = StdoutStderrRecord(NS, 2**62, NS, "kept as it is")
     run(context, [memory, line])
-    assert read(context) == expected_by_stream([memory, line])
+    assert written(context) == expected_by_stream([memory, line])
     rows = postgres.execute(
         sql.SQL("SELECT peak_alloc_bytes, peak_reserved_bytes FROM {}").format(
             table(schema, "step_memory")
@@ -566,7 +554,7 @@ def test_the_unique_rows_view_keeps_one_row_per_key(
     context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
 ) -> None:
     run(context, records, records)  # every record twice, step 7 of rank 0 four times
-    assert len(read(context)["step_time"]) == 6
+    assert len(written(context)["step_time"]) == 6
     view = table(schema, "step_time" + UNIQUE_VIEW_SUFFIX)
     rows = postgres.execute(
         sql.SQL("SELECT global_rank, step, _row_id FROM {} ORDER BY global_rank").format(view)
@@ -626,4 +614,4 @@ def test_any_text_at_all_reads_back_as_written(lines: list[str]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         context = ExporterContext.create(folder, "all")
         run(context, batch)
-        assert read(context) == expected_by_stream(batch)
+        assert written(context) == expected_by_stream(batch)

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from exporter_calls import run, written
 from sink_support import read_export
 from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker, StdoutStderrRecord
 from traceml_exporter_sdk.testing import as_foreign, expected_by_stream
@@ -36,23 +37,9 @@ def connect(context: ExporterContext) -> closing[sqlite3.Connection]:
     return closing(sqlite3.connect(database(context)))
 
 
-def read(context: ExporterContext) -> dict[str, list[dict[str, Any]]]:
-    """The committed rows, streams with none left out."""
-    return {stream: rows for stream, rows in read_export(context).items() if rows}
-
-
 def count(context: ExporterContext, stream: str) -> int:
     """Rows of ``stream`` that another connection sees, i.e. committed ones."""
     return len(read_export(context)[stream])
-
-
-def run(context: ExporterContext, *batches: list[ExportRecord], dropped: int = 0) -> None:
-    exporter = make_exporter(context)
-    exporter.open()
-    for batch in batches:
-        exporter.write(batch)
-        exporter.flush()
-    exporter.close(dropped_batches=dropped)
 
 
 def test_factory_only_stores_settings(context: ExporterContext) -> None:
@@ -71,21 +58,21 @@ def test_wal_and_one_table_per_stream_from_columns(
     step_columns = tuple(c for c in records[0].COLUMNS if c != "hostname")
     assert tuple(row[1] for row in info) == (ROW_ID, "schema_version", *step_columns)
     assert {row[1]: row[2] for row in info}["events"] == "TEXT"
-    assert set(read(context)) == {r.STREAM for r in records}
+    assert set(written(context)) == {r.STREAM for r in records}
 
 
 def test_rows_are_to_dict_without_hostname(
     context: ExporterContext, records: list[ExportRecord]
 ) -> None:
     run(context, records[:4], records[4:])
-    assert read(context) == expected_by_stream(records)
+    assert written(context) == expected_by_stream(records)
 
 
 def test_hostname_kept_when_asked(
     hostname_context: ExporterContext, records: list[ExportRecord]
 ) -> None:
     run(hostname_context, records)
-    assert read(hostname_context) == expected_by_stream(records, include_hostname=True)
+    assert written(hostname_context) == expected_by_stream(records, include_hostname=True)
 
 
 def test_events_are_json_text(context: ExporterContext, records: list[ExportRecord]) -> None:
@@ -102,7 +89,7 @@ def test_a_lone_surrogate_is_stored_as_a_blob(context: ExporterContext) -> None:
     with connect(context) as conn:
         stored = conn.execute('SELECT typeof(line) FROM "stdout_stderr" ORDER BY 1').fetchall()
     assert stored == [("blob",), ("text",)]
-    assert [row["line"] for row in read(context)["stdout_stderr"]] == [line, "ok"]
+    assert [row["line"] for row in written(context)["stdout_stderr"]] == [line, "ok"]
 
 
 def test_writes_are_committed_by_flush(
@@ -137,7 +124,7 @@ def test_a_failure_rolls_back_to_the_last_flush_and_closes(
     exporter.write(records[1:4])  # never flushed: TraceML counts these as failed
     with pytest.raises(RuntimeError, match="unreadable"):
         exporter.write([records[6], broken])
-    assert {stream: len(rows) for stream, rows in read(context).items()} == {"step_time": 1}
+    assert {stream: len(rows) for stream, rows in written(context).items()} == {"step_time": 1}
     with pytest.raises(RuntimeError, match="not open"):
         exporter.close()
 
@@ -149,12 +136,12 @@ def test_close_commits_unflushed_writes_and_logs_the_run(
     exporter.open()
     exporter.write(records)
     exporter.close(dropped_batches=3)
-    assert sum(len(rows) for rows in read(context).values()) == len(records)
+    assert sum(len(rows) for rows in written(context).values()) == len(records)
     with connect(context) as conn:
         runs = conn.execute(f"SELECT dropped_batches, written_records FROM {quote(RUNS_TABLE)}")  # noqa: S608
-        ((dropped, written),) = runs.fetchall()
+        ((dropped, per_stream),) = runs.fetchall()
     assert dropped == 3
-    assert json.loads(written)["step_time"] == 3
+    assert json.loads(per_stream)["step_time"] == 3
 
 
 def test_an_older_table_is_widened(context: ExporterContext, records: list[ExportRecord]) -> None:
@@ -162,7 +149,7 @@ def test_an_older_table_is_widened(context: ExporterContext, records: list[Expor
     with connect(context) as conn:
         conn.execute('CREATE TABLE "stdout_stderr" (schema_version, rank, line)')
     run(context, records[6:7])
-    (row,) = read(context)["stdout_stderr"]
+    (row,) = written(context)["stdout_stderr"]
     assert row == {**records[6].to_dict(), "stream": "stdout_stderr"}
 
 
