@@ -26,7 +26,7 @@ from traceml_exporter_sdk import (
     ExporterContext,
     ExportWorker,
     RecordBatch,
-    backfill,
+    _sqlite_rows,
     records_from_payload,
 )
 from traceml_exporter_sdk.fastdecode import line_mapper
@@ -181,18 +181,18 @@ def test_backfill_events_json_fast_equals_careful(events: Any, sort_keys: bool) 
     except (TypeError, ValueError):
         return
     fast = outcome(text)
-    careful_fast, backfill._FAST_EVENTS = backfill._FAST_EVENTS, None
+    careful_fast, _sqlite_rows._FAST_EVENTS = _sqlite_rows._FAST_EVENTS, None
     try:
         careful = outcome(text)
     finally:
-        backfill._FAST_EVENTS = careful_fast
+        _sqlite_rows._FAST_EVENTS = careful_fast
     assert fast == careful
 
 
 def outcome(text: str) -> Any:
     """The decoded map (comparable), the reason string, or the exception's type."""
     try:
-        result = backfill._events(text)
+        result = _sqlite_rows._events(text)
     except Exception as exc:  # the row is then skipped as "cannot be coerced"
         return type(exc)
     return result if isinstance(result, str) else key_of(result)

@@ -16,10 +16,66 @@ from .errors import error_line
 from .exit_codes import EXIT_EXPORT, EXIT_INTERRUPTED, EXIT_OK
 
 if TYPE_CHECKING:
+    from ..backfill import SqliteSource
     from ..feeding import Stop
     from ..worker import ExportReport, ExportWorker
 
-__all__ = ["end_replay", "location_lines", "per_stream_lines", "summarize"]
+__all__ = [
+    "bad_row_lines",
+    "end_replay",
+    "location_lines",
+    "no_table_message",
+    "per_stream_lines",
+    "source_lines",
+    "summarize",
+]
+
+LAYOUT_NAMES = {"traceml-0.5.0": "TraceML 0.5.0's", "contract": "the export contract's"}
+
+
+def source_lines(source: SqliteSource) -> list[str]:
+    """What a SQLite source held: tables read, their layout, missing, unreadable, pruned."""
+    read = ", ".join(f"{plan.table} ({plan.rows:,} rows)" for plan in source.tables)
+    lines = [f"{'tables read':<26} {read}"]
+    layouts = " and ".join(LAYOUT_NAMES[layout] for layout in source.layouts)
+    if layouts:
+        lines.append(f"{'table layout':<26} {layouts}")
+    if source.missing:
+        lines.append(f"{'missing tables':<26} {', '.join(source.missing)}")
+    for table, cols in source.unreadable.items():
+        lines.append(f"{'unreadable table':<26} {table} (lacks columns {', '.join(cols)})")
+    if source.pruned_rows:
+        per_table = ", ".join(f"{t} {n:,}" for t, n in source.pruned.items() if n)
+        lines.append(
+            f"{'pruned before read':<26} {source.pruned_rows:,} rows (id gaps: deleted by "
+            f"TraceML's history retention before they were read; {per_table})"
+        )
+    return lines
+
+
+def bad_row_lines(source: SqliteSource) -> list[str]:
+    """The rows that did not fit their record, as kept, and how many more."""
+    lines = [f"  {bad.table} id {bad.row_id}: {bad.reason}" for bad in source.bad_rows]
+    if source.skipped > len(source.bad_rows):
+        lines.append(f"  ... and {source.skipped - len(source.bad_rows):,} more")
+    return lines
+
+
+def no_table_message(source: SqliteSource, streams: Iterable[str]) -> str:
+    """The one line for a database with no readable table of the selected streams."""
+    problems = source.missing + [
+        f"{table} (lacks columns {', '.join(cols)})" for table, cols in source.unreadable.items()
+    ]
+    message = (
+        f"{source.path} has no readable table of the selected streams ({', '.join(streams)}): "
+        f"{', '.join(problems)}"
+    )
+    if source.unreadable:
+        message += (
+            "; readable are TraceML 0.5.0's table layout (recv_ts_ns, sample_ts_s) and the "
+            "export contract's (observed_timestamp_unix_ns, timestamp_unix_ns)"
+        )
+    return message
 
 
 def end_replay(

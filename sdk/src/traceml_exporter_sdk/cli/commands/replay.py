@@ -20,7 +20,15 @@ from ..exit_codes import EXIT_DEPENDENCY, EXIT_INPUT, EXIT_USAGE
 from ..inputs import check_input_file, check_spec, check_streams, reason, session_root
 from ..parser import add_command
 from ..progress import Progress
-from ..replay_summary import end_replay, location_lines, per_stream_lines, summarize
+from ..replay_summary import (
+    bad_row_lines,
+    end_replay,
+    location_lines,
+    per_stream_lines,
+    no_table_message,
+    source_lines,
+    summarize,
+)
 
 if TYPE_CHECKING:
     from ...worker import ExportWorker
@@ -44,19 +52,21 @@ def add_parser(commands: Any) -> None:
         "TraceML's transport stream of length-prefixed msgpack messages (the 'msgpack'\n"
         "extra); the format is detected unless --format says it. Malformed lines are\n"
         "counted and listed with their numbers, and never stop the replay.\n"
-        "--sqlite reads a finished run's TraceML SQLite database: each projection table\n"
-        "of the selected streams in id order; a missing table is reported, not fatal.\n"
+        "--sqlite reads a TraceML SQLite database (<run>/aggregator/telemetry), in TraceML\n"
+        "0.5.0's table layout or the contract's (told apart by the columns), finished or\n"
+        "live: each projection table of the selected streams in id order, in short reads;\n"
+        "a missing table is reported, not fatal; rows pruned by retention are counted.\n"
         "Prints records per stream, skipped units, dropped batches, the exporter's\n"
         "failure and the finalization_warning.json path if one was written.",
         "  traceml-exporter replay my_exporter.exporter:make_exporter \\\n"
         "      --payloads payloads.jsonl --streams all --session-root /tmp/run1\n"
-        "  traceml-exporter replay jsonl --sqlite logs/run1/aggregator/telemetry.sqlite \\\n"
+        "  traceml-exporter replay jsonl --sqlite logs/run1/aggregator/telemetry \\\n"
         "      --streams step_time,system",
     )
     replay.add_argument("spec", metavar="SPEC", help="jsonl or module:factory")
     source = replay.add_mutually_exclusive_group(required=True)
     source.add_argument("--payloads", metavar="FILE", help="recorded payloads (jsonl or msgpack)")
-    source.add_argument("--sqlite", metavar="DB", help="a finished run's TraceML SQLite database")
+    source.add_argument("--sqlite", metavar="DB", help="a TraceML SQLite database (<run>/aggregator/telemetry)")
     replay.add_argument(
         "--streams",
         metavar="VALUE",
@@ -215,15 +225,7 @@ def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out:
         raise CliError(str(exc), EXIT_INPUT) from None
     try:
         if not source.tables:
-            problems = source.missing + [
-                f"{table} (lacks columns {', '.join(cols)})"
-                for table, cols in source.unreadable.items()
-            ]
-            raise CliError(
-                f"{path} has no readable table of the selected streams ({', '.join(streams)}): "
-                f"{', '.join(problems)}",
-                EXIT_INPUT,
-            )
+            raise CliError(no_table_message(source, streams), EXIT_INPUT)
         worker = _make_worker(args, spec, streams_value)
         progress = Progress(f"backfill {path.name}", source.total_rows, "rows")
         worker.start()
@@ -252,16 +254,8 @@ def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out:
         source.close()
     lines = [f"backfill of {path} ({source.rows_read:,} rows) into {spec}"]
     lines += location_lines(worker)
-    read = ", ".join(f"{plan.table} ({plan.rows:,} rows)" for plan in source.tables)
-    lines.append(f"{'tables read':<26} {read}")
-    if source.missing:
-        lines.append(f"{'missing tables':<26} {', '.join(source.missing)}")
-    for table, cols in source.unreadable.items():
-        lines.append(f"{'unreadable table':<26} {table} (lacks columns {', '.join(cols)})")
+    lines += source_lines(source)
     lines += per_stream_lines(report, worker.context.streams)
     lines.append(f"{'skipped units':<26} {report.skipped_units + source.skipped:,}")
-    for bad in source.bad_rows:
-        lines.append(f"  {bad.table} id {bad.row_id}: {bad.reason}")
-    if source.skipped > len(source.bad_rows):
-        lines.append(f"  ... and {source.skipped - len(source.bad_rows):,} more")
+    lines += bad_row_lines(source)
     return summarize(report, lines, out, spec, stop, where)

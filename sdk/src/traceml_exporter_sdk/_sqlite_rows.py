@@ -1,0 +1,274 @@
+"""Rows of a TraceML SQLite projection table -> export records, coerced as the payload path.
+
+SQLite keeps whatever type a value was given, so every value is coerced exactly
+as the payload path coerces the field it came from (``projection.py``): text in
+``rank`` is parsed as an identity int is, a REAL ``timestamp_unix_ns`` or a BLOB
+``step`` becomes None, ``events_json`` is decoded (integers exact however long)
+and normalised as the payload's events map is. A row whose column types are the
+record's own is built as it is (the usual case); any other goes through the
+per-field coercers, which give the same values for those rows.
+
+A row that cannot become a record (``events_json`` that is not a JSON object,
+nested too deep, a missing ``observed_timestamp_unix_ns`` or ``gpu_idx``, an
+empty ``line``) is handed to the caller's ``bad`` callback with its id and the
+reason; the other rows go on. Used by the backfill (``backfill.py``) and the
+follower (``follow.py``) alike, for both table layouts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import fields as dataclasses_fields
+from typing import Any
+
+import orjson
+
+from .fastpath import FloatNCalls
+from .fastpath import _events as _normalise_events
+from .projection import _as_str, _float, _int, _opt_int, _opt_str, _str, _time
+from .records import RECORD_TYPE_BY_STREAM, RECORD_TYPES, Record, builder
+
+__all__ = ["BadRowSink", "RowConverter"]
+
+BadRowSink = Callable[[int, str], None]
+"""Called with a row's id and the reason it cannot become a record."""
+
+
+class RowConverter:
+    """Turns rows ``(id, *columns)`` of one stream's table, read in the record's
+    column order (``events_json`` last for step_time), into records."""
+
+    __slots__ = ("_build", "_coercers", "_exact", "_flags", "_is_step_time", "stream")
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self._build = builder(RECORD_TYPE_BY_STREAM[stream])
+        self._coercers = _COERCERS[stream]
+        self._exact = _exact_signatures(stream)
+        self._flags = _FLAG_INDEXES[stream]
+        self._is_step_time = stream == "step_time"
+
+    def records(self, rows: Sequence[tuple[Any, ...]], bad: BadRowSink) -> list[Record]:
+        """The records of ``rows``, in order; each row that does not fit goes to ``bad``."""
+        build, coercers, exact = self._build, self._coercers, self._exact
+        is_step_time = self._is_step_time
+        records: list[Record] = []
+        append = records.append
+        for row in rows:
+            try:
+                if is_step_time:
+                    events = _events(row[-1])
+                    if type(events) is str:
+                        bad(row[0], events)
+                        continue
+                    values = row[1:-1]
+                else:
+                    values = row[1:]
+                if tuple(map(type, values)) not in exact or not self._flags_exact(values):
+                    values = _coerce(coercers, values)
+                if is_step_time:
+                    append(build(*values, events))
+                else:
+                    append(build(*values))
+            except _UnfitError as exc:
+                bad(row[0], str(exc))
+            except Exception as exc:
+                bad(row[0], f"cannot be coerced: {type(exc).__name__}")
+        return records
+
+    def _flags_exact(self, values: tuple[Any, ...]) -> bool:
+        """A stored 0/1 flag is exact only when it is 0 or 1; a line only when not empty."""
+        for index in self._flags:
+            if values[index] not in (0, 1, None):
+                return False
+        return self.stream != "stdout_stderr" or bool(values[-1])
+
+
+def _msgspec_events() -> Callable[[str], dict[str, Any]] | None:
+    """With msgspec: text -> the normalised events map, built in C; raises on
+    anything the careful decoding below might read differently."""
+    try:
+        types = importlib.import_module("traceml_exporter_sdk._step_structs")
+    except ImportError:
+        return None
+    decode, to_builtins = types.decode_events, types.to_builtins
+
+    def events(text: str) -> dict[str, Any]:
+        value: dict[str, Any] = to_builtins(decode(text))
+        if {} in value.values():  # a name with no device is dropped
+            value = {name: devices for name, devices in value.items() if devices}
+        return value
+
+    return events
+
+
+_FAST_EVENTS = _msgspec_events()
+
+
+def _events(text: Any) -> dict[str, Any] | str:
+    """The events map, decoded and normalised as the payload path's; else a reason.
+
+    orjson turns an integer past 64 bits into a float; the only integer the map
+    keeps is ``n_calls``, so a float there sends the text to ``json``, which keeps
+    integers exact (a float field gets the same float either way).
+    """
+    if _FAST_EVENTS is not None and type(text) is str:
+        try:
+            return _FAST_EVENTS(text)
+        except Exception:  # noqa: S110 - the careful decoding decides
+            pass
+    if type(text) is not str:
+        if type(text) is not bytes:
+            return f"events_json is {type(text).__name__}, not JSON text"
+        try:
+            text = text.decode()
+        except UnicodeDecodeError:
+            return "events_json is not UTF-8 text"
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _events_by_json(text)
+    if type(value) is not dict:
+        return f"events_json is a JSON {type(value).__name__}, not an object"
+    try:
+        return _normalise_events(value, strict=True)
+    except FloatNCalls:
+        return _events_by_json(text)
+
+
+def _events_by_json(text: str) -> dict[str, Any] | str:
+    """``json``: NaN and Infinity, which orjson refuses, and exact long integers."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return f"events_json is not valid JSON: {' '.join(str(exc).split())}"
+    except RecursionError:
+        return "events_json is nested too deeply"
+    if type(value) is not dict:
+        return f"events_json is a JSON {type(value).__name__}, not an object"
+    return _normalise_events(value)
+
+
+class _UnfitError(Exception):
+    """A row that cannot become its record; the message is the reason."""
+
+
+def _required_int(name: str) -> Callable[[Any], int]:
+    def coerce(value: Any) -> int:
+        if type(value) is int:
+            return value
+        raise _UnfitError(f"{name} is {_kind(value)}, not an integer")
+
+    return coerce
+
+
+def _line(value: Any) -> str:
+    line = value if type(value) is str or value is None else _as_str(value)
+    if not line:
+        raise _UnfitError("line is empty" if line == "" else "line is NULL")
+    return line
+
+
+def _bool01(value: Any) -> int | None:
+    """0/1 as stored by the writer; anything else is None (the payload path's _bool01)."""
+    return value if type(value) is int and value in (0, 1) else None
+
+
+def _kind(value: Any) -> str:
+    return "NULL" if value is None else type(value).__name__
+
+
+_IDENTITY = {
+    "rank": _opt_int,
+    "global_rank": _opt_int,
+    "local_rank": _opt_int,
+    "world_size": _opt_int,
+    "local_world_size": _opt_int,
+    "node_rank": _opt_int,
+    "pid": _opt_int,
+    "hostname": _opt_str,
+    "observed_timestamp_unix_ns": _required_int("observed_timestamp_unix_ns"),
+    "timestamp_unix_ns": _time,
+    "gpu_idx": _required_int("gpu_idx"),
+    "gpu_available": _bool01,
+    "distributed_initialized": _bool01,
+    "line": _line,
+}
+_BY_HINT: dict[str, Callable[[Any], Any]] = {"int": _int, "float": _float, "str": _str}
+_RUNTIME_BEST_EFFORT = {"seq": _opt_int, "topology": _opt_str, "distributed_backend": _opt_str}
+_RUNTIME_BEST_EFFORT |= dict.fromkeys(
+    ("training_strategy", "strategy_source", "strategy_confidence"), _opt_str
+)
+
+
+def _coercer(stream: str, name: str, hint: str) -> Callable[[Any], Any]:
+    """The payload path's coercion of the field ``name`` (``projection.py``)."""
+    if stream == "runtime_environment" and name in _RUNTIME_BEST_EFFORT:
+        return _RUNTIME_BEST_EFFORT[name]
+    if name in _IDENTITY:
+        return _IDENTITY[name]
+    return _BY_HINT[hint.split(" ")[0]]
+
+
+def _field_hints(record_type: type[Record]) -> dict[str, str]:
+    return {f.name: str(f.type) for f in dataclasses_fields(record_type)}
+
+
+def _coercers(record_type: type[Record]) -> tuple[Callable[[Any], Any], ...]:
+    hints = _field_hints(record_type)
+    return tuple(
+        _coercer(record_type.STREAM, name, hints[name])
+        for name in record_type.COLUMNS
+        if name != "events"
+    )
+
+
+_COERCERS: dict[str, tuple[Callable[[Any], Any], ...]] = {
+    t.STREAM: _coercers(t) for t in RECORD_TYPES
+}
+_NONE = type(None)
+_EXACT: dict[str, frozenset[tuple[type[Any], ...]]] = {}
+
+
+def _exact_signatures(stream: str) -> frozenset[tuple[type[Any], ...]]:
+    """Column type tuples a row may have to be taken as it is (ints, floats, text as typed).
+
+    Only the all-present and the usual NULL patterns are listed; any other row
+    goes through the coercers, which give the same values for these.
+    """
+    if stream in _EXACT:
+        return _EXACT[stream]
+    record_type = RECORD_TYPE_BY_STREAM[stream]
+    hints = _field_hints(record_type)
+    base: list[type[Any]] = []
+    nullable: list[bool] = []
+    for name in record_type.COLUMNS:
+        if name == "events":
+            continue
+        hint = hints[name]
+        base.append({"int": int, "float": float, "str": str}[hint.split(" ")[0]])
+        nullable.append("None" in hint and name != "line")
+    signatures = {tuple(base)}
+    # One NULL at a time, and every nullable column NULL: the shapes real tables have.
+    for i, can in enumerate(nullable):
+        if can:
+            signatures.add(tuple(_NONE if j == i else t for j, t in enumerate(base)))
+    signatures.add(tuple(_NONE if can else t for t, can in zip(base, nullable, strict=True)))
+    _EXACT[stream] = frozenset(signatures)
+    return _EXACT[stream]
+
+
+_FLAG_INDEXES: dict[str, tuple[int, ...]] = {
+    t.STREAM: tuple(
+        i
+        for i, name in enumerate(n for n in t.COLUMNS if n != "events")
+        if name in ("gpu_available", "distributed_initialized")
+    )
+    for t in RECORD_TYPES
+}
+
+
+def _coerce(coercers: tuple[Callable[[Any], Any], ...], values: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(coerce(value) for coerce, value in zip(coercers, values, strict=True))
