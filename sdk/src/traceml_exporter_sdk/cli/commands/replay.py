@@ -24,8 +24,8 @@ from ..replay_summary import (
     bad_row_lines,
     end_replay,
     location_lines,
-    per_stream_lines,
     no_table_message,
+    per_stream_lines,
     source_lines,
     summarize,
 )
@@ -66,7 +66,9 @@ def add_parser(commands: Any) -> None:
     replay.add_argument("spec", metavar="SPEC", help="jsonl or module:factory")
     source = replay.add_mutually_exclusive_group(required=True)
     source.add_argument("--payloads", metavar="FILE", help="recorded payloads (jsonl or msgpack)")
-    source.add_argument("--sqlite", metavar="DB", help="a TraceML SQLite database (<run>/aggregator/telemetry)")
+    source.add_argument(
+        "--sqlite", metavar="DB", help="a TraceML SQLite database (<run>/aggregator/telemetry)"
+    )
     replay.add_argument(
         "--streams",
         metavar="VALUE",
