@@ -26,6 +26,7 @@ from traceml_exporter_sdk import (
     StepTimeRecord,
     records_from_payload,
 )
+from traceml_exporter_sdk.testing import read_jsonl as read_export
 from traceml_exporter_sdk.worker import ExportReport
 
 
@@ -323,34 +324,47 @@ def test_open_creates_the_export_dir_and_the_context_does_not(tmp_path: Path) ->
     exporter.close()
 
 
-def test_open_refuses_to_overwrite_an_earlier_export(tmp_path: Path) -> None:
+def test_open_never_overwrites_an_earlier_export_and_writes_the_next_part(
+    tmp_path: Path,
+) -> None:
+    """An earlier export stays as it is; this one goes to part 1 of every stream, and a
+    third to part 2 (the lowest number no stream's file has)."""
     ctx = context(tmp_path, "system")
     ctx.export_dir.mkdir(parents=True)
     earlier = file_of(ctx, "system_gpu")
     earlier.write_bytes(b"an earlier run's export\n")
-    with pytest.raises(FileExistsError):
-        JsonlExporter(ctx).open()
+    exporter = JsonlExporter(ctx)
+    exporter.open()
+    assert exporter.paths() == {
+        stream: ctx.export_dir / f"{stream}.1.jsonl" for stream in ("system", "system_gpu")
+    }
+    exporter.close()
     assert earlier.read_bytes() == b"an earlier run's export\n"
+    third = JsonlExporter(ctx)
+    third.open()
+    third.close()
+    assert sorted(p.name for p in ctx.export_dir.iterdir()) == [
+        "system.1.jsonl",
+        "system.2.jsonl",
+        "system_gpu.1.jsonl",
+        "system_gpu.2.jsonl",
+        "system_gpu.jsonl",
+    ]
 
 
-def test_an_existing_export_fails_open_under_the_worker(tmp_path: Path) -> None:
+def test_a_second_export_under_the_worker_reads_back_after_the_first(tmp_path: Path) -> None:
+    """Two workers into one export dir (a follower started again): read_jsonl reads the
+    first file, then the part, so every record is there in order."""
     ctx = context(tmp_path)
-    ctx.export_dir.mkdir(parents=True)
-    file_of(ctx, "step_time").write_bytes(b"keep me\n")
-    worker = ExportWorker("jsonl", ctx)
-    worker.start()
-    worker.submit(step_payload(0, 0, 2))
-    report = worker.shutdown()
-    assert report.failure is not None
-    assert report.failure.method == "open"
-    assert "FileExistsError" in report.failure.error
-    assert file_of(ctx, "step_time").read_bytes() == b"keep me\n"
-    block = warning_of(ctx)
-    assert (block["failed_method"], block["admitted_records"], block["failed_records"]) == (
-        "open",
-        2,
-        2,
-    )
+    for start in (0, 2):
+        worker = ExportWorker("jsonl", ctx)
+        worker.start()
+        worker.submit(step_payload(0, start, 2))
+        report = worker.shutdown()
+        assert report.failure is None
+    assert (ctx.export_dir / "step_time.1.jsonl").exists()
+    steps = [line["step"] for line in read_export(ctx)["step_time"]]
+    assert steps == [0, 1, 2, 3]
 
 
 def test_a_record_of_an_unselected_stream_is_refused_and_nothing_is_written(

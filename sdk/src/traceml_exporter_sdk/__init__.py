@@ -132,6 +132,7 @@ _SUBMODULES = frozenset(
         "fastdecode",
         "fastpath",
         "feeding",
+        "follow",
         "jsonl",
         "mapping",
         "projection",

@@ -113,6 +113,8 @@ class SqliteSource:
     bad_rows: list[BadRow] = field(default_factory=list)
     last_id: dict[str, int] = field(default_factory=dict)
     pruned: dict[str, int] = field(default_factory=dict)
+    read: dict[str, int] = field(default_factory=dict)
+    """Rows read per table."""
     _converters: dict[str, RowConverter] = field(default_factory=dict)
 
     @property
@@ -162,6 +164,7 @@ class SqliteSource:
             self.pruned[plan.table] = self.pruned.get(plan.table, 0) + gap
         self.last_id[plan.table] = last
         self.rows_read += len(rows)
+        self.read[plan.table] = self.read.get(plan.table, 0) + len(rows)
         converter = self._converters.get(plan.stream)
         if converter is None:
             converter = self._converters[plan.stream] = RowConverter(plan.stream)
@@ -277,8 +280,11 @@ def _plan_table(
     return TablePlan(record_type.STREAM, table, layout, count, query)
 
 
-def connect_read_only(path: Path) -> sqlite3.Connection:
+def connect_read_only(path: Path, *, immutable: bool = False) -> sqlite3.Connection:
     """A read-only connection to ``path``, in autocommit mode (no transaction left open).
+
+    ``immutable``: the file will not change and has no WAL content (a finished run):
+    SQLite then makes no ``-wal``/``-shm`` files beside it.
 
     Raises:
         BackfillError: the file is missing, unreadable, or not a SQLite database.
@@ -295,8 +301,9 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
     if head and head != SQLITE_MAGIC:
         raise BackfillError(f"{path} is not a SQLite database")
     try:
+        mode = "ro&immutable=1" if immutable else "ro"
         return sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None, timeout=5.0
+            f"{path.resolve().as_uri()}?mode={mode}", uri=True, isolation_level=None, timeout=5.0
         )
     except sqlite3.DatabaseError as exc:
         raise BackfillError(f"{path} cannot be read as a SQLite database: {exc}") from None

@@ -126,6 +126,8 @@ def record_stop(worker: ExportWorker, report: ExportReport, stop: Stop, where: s
         "stopped_at": where,
     }
     path, error = write_warning_file(
-        worker.context.session_root, {"export": report.warning_block(), "replay": block}
+        worker.context.session_root,
+        {"export": report.warning_block(), "replay": block},
+        worker.warning_path,
     )
     return replace(report, warning_path=path, warning_error=error)

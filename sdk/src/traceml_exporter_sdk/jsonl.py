@@ -124,7 +124,10 @@ class JsonlExporter:
     """Write ``<export_dir>/<stream>.jsonl`` for every selected stream.
 
     Files are opened in ``open`` with mode ``x``: an earlier export in the
-    same folder is never overwritten (``open`` raises ``FileExistsError``).
+    same folder is never overwritten. When one is there (a follower started
+    again after a crash, a second replay into one run), this export writes
+    part ``N``, ``<stream>.N.jsonl``, with the lowest ``N`` no stream's file
+    has yet; read ``<stream>.jsonl`` and then the parts in order of ``N``.
     A ``write`` that raises (a full disk, a value no encoder takes) may have
     put part of its batch in the files; the worker uses the exporter no more,
     so a failing ``write`` or ``flush`` closes every file before it raises.
@@ -140,13 +143,25 @@ class JsonlExporter:
         self._files: dict[str, IO[bytes]] = {}
         self._writers: dict[str, Callable[[bytes], object]] = {}
         self._written: dict[str, int] = {}
+        self._part = 0
 
-    def paths(self) -> dict[str, Path]:
-        """Stream -> the file this exporter writes it to."""
-        return {stream: self._dir / f"{stream}.jsonl" for stream in self._streams}
+    def paths(self, part: int | None = None) -> dict[str, Path]:
+        """Stream -> the file this exporter writes it to (after ``open``: the part it chose)."""
+        if part is None:
+            part = self._part
+        suffix = f".{part}.jsonl" if part else ".jsonl"
+        return {stream: self._dir / f"{stream}{suffix}" for stream in self._streams}
+
+    def _free_part(self) -> int:
+        """The lowest part number for which no selected stream has a file yet."""
+        part = 0
+        while any(path.exists() for path in self.paths(part).values()):
+            part += 1
+        return part
 
     def open(self) -> None:
         self._dir.mkdir(parents=True, exist_ok=True)
+        self._part = self._free_part()
         try:
             for stream, path in self.paths().items():
                 handle = open(path, "xb", buffering=_BUFFER_SIZE)  # noqa: SIM115 - see close()

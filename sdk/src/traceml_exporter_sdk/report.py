@@ -97,15 +97,17 @@ def log_error(message: str, *args: object) -> None:
 
 
 def write_warning_file(
-    session_root: Path, content: dict[str, Any]
+    session_root: Path, content: dict[str, Any], path: Path | None = None
 ) -> tuple[Path | None, str | None]:
-    """Write ``content`` as ``<session_root>/aggregator/finalization_warning.json``.
+    """Write ``content`` as ``<session_root>/aggregator/finalization_warning.json``
+    (or as ``path``, where a caller keeps its warnings elsewhere).
 
     Written to a ``.tmp`` file and renamed into place. Returns ``(path, None)``,
     or ``(None, why)`` when it could not be written; that is logged at ERROR too,
     with the content, so the loss it records is never silent.
     """
-    path = session_root / "aggregator" / WARNING_FILE
+    if path is None:
+        path = session_root / "aggregator" / WARNING_FILE
     tmp = path.with_suffix(".json.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -107,6 +107,7 @@ class ExportWorker:
         flush_interval_s: float = 1.0,
         max_batches_per_write: int = 64,
         thread_name: str = "traceml-export-worker",
+        warning_path: Path | None = None,
     ) -> None:
         if queue_size < 1:
             raise ValueError(f"queue_size must be at least 1, got {queue_size}")
@@ -119,6 +120,8 @@ class ExportWorker:
         self._setting = exporter
         self.label = exporter if isinstance(exporter, str) else _callable_name(exporter)
         self.context = context
+        self.warning_path = warning_path or context.session_root / "aggregator" / WARNING_FILE
+        """Where the loss is recorded (TraceML's place unless a caller moves it)."""
         self._selected = frozenset(context.streams)
         self._streams = context.streams
         self._queue_size = queue_size
@@ -246,7 +249,11 @@ class ExportWorker:
                 timed_out=timed_out,
             )
         if report.exporter_failed or report.dropped_batches or report.timed_out:
-            path, error = _write_warning(self.context.session_root, report)
+            path, error = write_warning_file(
+                self.context.session_root,
+                {"export": report.warning_block()},
+                self.warning_path,
+            )
             report = replace(report, warning_path=path, warning_error=error)
         self._report = report
         return report
@@ -266,6 +273,12 @@ class ExportWorker:
     def queued_batches(self) -> int:
         """Batches waiting in the queue now; a producer that must not drop waits while it is high."""
         return len(self._queue)
+
+    @property
+    def delivered_records(self) -> int:
+        """Records a ``flush`` or ``close`` has returned for so far, in submission order."""
+        with self._lock:
+            return self._delivered
 
     @property
     def failure(self) -> ExportFailure | None:
@@ -441,7 +454,3 @@ def _callable_name(factory: Callable[..., object]) -> str:
     module = getattr(factory, "__module__", None) or "?"
     name = getattr(factory, "__qualname__", None) or repr(factory)
     return f"{module}:{name}"
-
-
-def _write_warning(session_root: Path, report: ExportReport) -> tuple[Path | None, str | None]:
-    return write_warning_file(session_root, {"export": report.warning_block()})

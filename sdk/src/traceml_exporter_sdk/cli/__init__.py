@@ -1,4 +1,4 @@
-"""``traceml-exporter``: scaffold, check, validate, replay and describe TraceML exporters.
+"""``traceml-exporter``: scaffold, check, validate, replay, follow and describe TraceML exporters.
 
 Every user error is one line on stderr, ``traceml-exporter: error: ...`` (or
 ``traceml-exporter COMMAND: error: ...`` for a bad command line), with one of
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  traceml-exporter check my_exporter.exporter:make_exporter\n"
             "  traceml-exporter validate --exporter my_exporter.exporter:make_exporter\n"
             "  traceml-exporter replay jsonl --payloads payloads.jsonl --streams all\n"
+            "  traceml-exporter follow jsonl --session-root logs/run1 --streams all\n"
             "  traceml-exporter schema --stream step_time --format markdown\n\n"
             f"{EXIT_EPILOG}\n\ndocs: docs/cli.md in the traceml-exporter-sdk repository"
         ),

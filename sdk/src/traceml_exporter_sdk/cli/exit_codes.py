@@ -10,6 +10,7 @@ __all__ = [
     "EXIT_EPILOG",
     "EXIT_EXPORT",
     "EXIT_FAILED",
+    "EXIT_INCOMPLETE",
     "EXIT_INPUT",
     "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",
@@ -23,6 +24,7 @@ EXIT_USAGE = 2
 EXIT_INPUT = 3
 EXIT_EXPORT = 4
 EXIT_DEPENDENCY = 5
+EXIT_INCOMPLETE = 6
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 
@@ -35,12 +37,16 @@ EXIT_CODES: dict[int, str] = {
     EXIT_INPUT: "an input cannot be used: file or database missing, unreadable or of the "
     "wrong kind, traceml.yaml not valid, --session-root not empty or not writable, output "
     "folder already there",
-    EXIT_EXPORT: "replay: the exporter failed or stalled, batches were dropped, or shutdown "
+    EXIT_EXPORT: "replay, follow: the exporter failed or stalled, batches were dropped, or shutdown "
     "timed out (the summary is still printed and finalization_warning.json written)",
     EXIT_DEPENDENCY: "an optional dependency is missing (msgspec, cookiecutter, pytest); "
     "the message says what to install",
+    EXIT_INCOMPLETE: "follow: everything read was exported, but the export is incomplete: the "
+    "run ended without TraceML marking it complete (aggregator gone, or idle past "
+    "--idle-timeout), or rows were pruned by retention before they were read",
     EXIT_INTERNAL: "internal error (a bug); TRACEML_EXPORTER_DEBUG=1 shows the traceback",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C); replay drains what it read and records the stop",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); replay and follow drain what they read and record "
+    "the stop (follow saves its bookmark)",
 }
 
 EXIT_EPILOG = "exit codes:\n" + "\n".join(

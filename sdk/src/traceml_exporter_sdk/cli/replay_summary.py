@@ -35,7 +35,9 @@ LAYOUT_NAMES = {"traceml-0.5.0": "TraceML 0.5.0's", "contract": "the export cont
 
 def source_lines(source: SqliteSource) -> list[str]:
     """What a SQLite source held: tables read, their layout, missing, unreadable, pruned."""
-    read = ", ".join(f"{plan.table} ({plan.rows:,} rows)" for plan in source.tables)
+    read = ", ".join(
+        f"{plan.table} ({source.read.get(plan.table, 0):,} rows)" for plan in source.tables
+    )
     lines = [f"{'tables read':<26} {read}"]
     layouts = " and ".join(LAYOUT_NAMES[layout] for layout in source.layouts)
     if layouts:

@@ -20,7 +20,7 @@ from typing import Any
 from ..context import ExporterContext
 from ..records import RECORD_TYPE_BY_STREAM
 
-__all__ = ["group_by_stream", "read_jsonl", "read_jsonl_lines"]
+__all__ = ["group_by_stream", "jsonl_parts", "read_jsonl", "read_jsonl_lines"]
 
 CLOSING_KEY = "closing"
 
@@ -73,15 +73,26 @@ def group_by_stream(dicts: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[s
     return out
 
 
+def jsonl_parts(export_dir: Path, stream: str) -> list[Path]:
+    """``<stream>.jsonl`` and then its parts ``<stream>.N.jsonl`` in order of N, as there."""
+    parts = [(0, export_dir / f"{stream}.jsonl")]
+    for path in export_dir.glob(f"{stream}.*.jsonl"):
+        number = path.name[len(stream) + 1 : -len(".jsonl")]
+        if number.isdigit():
+            parts.append((int(number), path))
+    return [path for _, path in sorted(parts) if path.exists()]
+
+
 def read_jsonl(context: ExporterContext) -> dict[str, list[dict[str, Any]]]:
-    """Read ``<export_dir>/<stream>.jsonl`` for every selected stream (the jsonl layout).
+    """Read ``<export_dir>/<stream>.jsonl`` (and its parts ``<stream>.N.jsonl``, in
+    order) for every selected stream (the jsonl layout).
 
     Usable as ``read_back`` for any exporter that writes this layout; streams
     whose file does not exist are left out.
     """
     out: dict[str, list[dict[str, Any]]] = {}
     for stream in context.streams:
-        path = context.export_dir / f"{stream}.jsonl"
-        if path.exists():
-            out[stream] = read_jsonl_lines(path)
+        paths = jsonl_parts(context.export_dir, stream)
+        if paths:
+            out[stream] = [line for path in paths for line in read_jsonl_lines(path)]
     return out

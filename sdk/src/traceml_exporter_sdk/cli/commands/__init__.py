@@ -6,9 +6,9 @@ Each module has ``add_parser(commands)``, which adds its subcommand with a
 
 from __future__ import annotations
 
-from . import check, new, replay, schema, validate
+from . import check, follow, new, replay, schema, validate
 
 __all__ = ["COMMANDS"]
 
-COMMANDS = (new, check, validate, replay, schema)
+COMMANDS = (new, check, validate, replay, follow, schema)
 """The command modules, in help order."""
