@@ -27,6 +27,7 @@ from ..parser import add_command
 from ..replay_summary import (
     bad_row_lines,
     location_lines,
+    no_table_message,
     per_stream_lines,
     source_lines,
     summarize,
@@ -214,6 +215,8 @@ def cmd_follow(args: argparse.Namespace, out: TextIO) -> int:
         source, resumed = follower.open_source()
     except FollowError as exc:
         raise CliError(str(exc), EXIT_INPUT) from None
+    if source.unreadable and not source.tables:
+        raise CliError(no_table_message(source, context.streams), EXIT_INPUT)
     worker.start()
     result = follower.run(source, resumed)
     result.notes.append(follower.read_error or "")

@@ -1,0 +1,307 @@
+"""``traceml-exporter follow`` against a writer of TraceML 0.5.0's database (``writer050``).
+
+The follower runs as its own process, as a user runs it beside ``traceml run``, so
+it can be killed with SIGKILL and started again; the writer is this test.
+``test_follow_traceml.py`` runs the same scenarios against the real TraceML.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from traceml_exporter_sdk.records import Record
+from traceml_exporter_sdk.testing.readback import jsonl_parts
+from writer050 import Writer050, corpus_records_050, step_records
+
+FAST = ["--poll-interval", "0.05", "--flush-interval", "0.1", "--wait", "20"]
+EXIT_INPUT, EXIT_EXPORT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 3, 4, 6, 130
+FAILING = Path(__file__).with_name("failing_exporter.py")
+
+
+def follow(root: Path, *args: str, spec: str = "jsonl", **env: str) -> subprocess.Popen[str]:
+    """Start ``traceml-exporter follow`` on ``root`` (all streams, hostname kept)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "traceml_exporter_sdk.cli",
+            "follow",
+            spec,
+            "--session-root",
+            str(root),
+            "--streams",
+            "all",
+            "--hostname",
+            *FAST,
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(FAILING.parent), **env},
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def exported(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every record line of every part; a torn last line of a part that was never
+    closed (the follower was killed mid-write) is left out, as its rows were never
+    acknowledged."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    export = root / "aggregator" / "export"
+    for stream in ("step_time", "step_memory", "system", "system_gpu", "process"):
+        for path in jsonl_parts(export, stream):
+            lines = path.read_bytes().split(b"\n")
+            for number, raw in enumerate(lines):
+                if not raw.strip():
+                    continue
+                try:
+                    data = json.loads(raw)
+                except ValueError:
+                    assert number == len(lines) - 1, f"{path}: a bad line before the last"
+                    continue
+                if "closing" not in data:
+                    out.setdefault(stream, []).append(data)
+    for stream in ("runtime_environment", "stdout_stderr"):
+        for path in jsonl_parts(export, stream):
+            for raw in path.read_bytes().splitlines():
+                data = json.loads(raw)
+                if "closing" not in data:
+                    out.setdefault(stream, []).append(data)
+    return out
+
+
+def expected(batches: Sequence[Sequence[Record]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for batch in batches:
+        for record in batch:
+            out.setdefault(record.STREAM, []).append(record.to_dict())
+    return out
+
+
+def bookmark(root: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads((root / "aggregator/follow/bookmark.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[Writer050]:
+    writer = Writer050(tmp_path / "logs" / "run1")
+    yield writer
+    writer.disconnect()
+
+
+def test_every_row_of_a_live_run_reaches_the_exporter_once(run: Writer050) -> None:
+    """Flushes arrive while the follower runs; it ends by itself at the manifest's
+    ``complete``; every row, all seven streams, equals the record of its payload."""
+    batches = corpus_records_050()
+    follower = follow(run.root)
+    for batch in batches:
+        run.flush(batch)
+        time.sleep(0.005)
+    busy, _, _ = run.close()
+    code, out, err = finish(follower)
+    assert (code, err) == (0, ""), out
+    assert busy == 0, "the closing checkpoint gave up: the follower held a snapshot"
+    assert exported(run.root) == expected(batches)
+    assert "run                        complete" in out
+    assert "table layout               TraceML 0.5.0's" in out
+    folder = sorted(p.name for p in (run.root / "aggregator").iterdir())
+    assert folder == ["export", "follow", "telemetry"], "the run folder holds only ours beside it"
+    assert os.listdir(run.root / "aggregator" / "follow") == ["bookmark.json"]
+
+
+def test_started_before_the_run_it_waits_and_creates_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "logs" / "run1"
+    follower = follow(root)
+    time.sleep(1.0)
+    assert not root.exists(), "TraceML refuses a --run-name folder that already exists"
+    run = Writer050(root, tables=("step_time",))
+    records = step_records(0, 50)
+    run.flush(records)
+    run.close()
+    code, out, err = finish(follower)
+    assert (code, err) == (0, ""), out
+    assert exported(root) == expected([records])
+
+
+def test_tables_created_after_the_follower_started_are_read(run: Writer050) -> None:
+    """0.5.0 creates its tables one by one: a follower may see five of seven."""
+    run.connection.execute("DROP TABLE step_memory_samples")  # type: ignore[union-attr]
+    from traceml_exporter_sdk.records import StepMemoryRecord
+
+    follower = follow(run.root)
+    time.sleep(0.5)
+    run.create(StepMemoryRecord)
+    batches = corpus_records_050()
+    for batch in batches:
+        run.flush(batch)
+    run.close()
+    code, out, err = finish(follower)
+    assert (code, err) == (0, ""), out
+    assert exported(run.root) == expected(batches)
+
+
+def test_killed_and_started_again_it_loses_nothing_and_repeats_only_the_unacknowledged(
+    run: Writer050,
+) -> None:
+    first = follow(run.root)
+    for i in range(20):
+        run.flush(step_records(i * 25, 25, observed=i))
+        time.sleep(0.02)
+    wait_for(lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"))
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=10)
+    acknowledged = bookmark(run.root)["last_id"]["step_time_samples"]  # type: ignore[index]
+    for i in range(20, 40):
+        run.flush(step_records(i * 25, 25, observed=i))
+    second = follow(run.root)
+    time.sleep(0.3)
+    run.close()
+    code, out, err = finish(second)
+    assert (code, err) == (0, ""), out
+    assert "resumed from the bookmark" in out
+    steps = Counter(line["step"] for line in exported(run.root)["step_time"])
+    assert set(steps) == set(range(1000)), "a row was lost"
+    repeated = {step for step, count in steps.items() if count > 1}
+    assert all(count <= 2 for count in steps.values())
+    assert all(step >= acknowledged for step in repeated), "an acknowledged row came twice"
+
+
+def test_an_exporter_failing_mid_run_is_recorded_and_the_run_goes_on(run: Writer050) -> None:
+    follower = follow(run.root, spec="failing_exporter:make_exporter", FAIL_AFTER_WRITES="2")
+    run.flush(step_records(0, 10))
+    wait_for(lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"))
+    for i in range(1, 30):
+        run.flush(step_records(i * 10, 10, observed=i))
+        time.sleep(0.02)
+    busy, _, _ = run.close()
+    code, out, err = finish(follower)
+    assert code == EXIT_EXPORT, out
+    assert "failed in write" in err
+    assert "follow/finalization_warning.json" in err
+    warning = json.loads((run.root / "aggregator/follow/finalization_warning.json").read_text())
+    assert warning["export"]["failed_method"] == "write"
+    assert warning["follow"]["run_end"] == "exporter-failed"
+    assert bookmark(run.root)["last_id"]["step_time_samples"] == 10, "only the flushed rows"  # type: ignore[index]
+    assert not (run.root / "aggregator" / "finalization_warning.json").exists(), (
+        "TraceML's own finalization_warning.json is TraceML's"
+    )
+    assert busy == 0
+
+
+def test_a_run_whose_aggregator_died_ends_unfinished(run: Writer050) -> None:
+    follower = follow(run.root)
+    records = step_records(0, 100)
+    run.flush(records)
+    time.sleep(0.3)
+    run.disconnect()  # no checkpoint, no manifest update: killed
+    code, out, err = finish(follower)
+    assert code == EXIT_INCOMPLETE, out
+    assert "the aggregator is gone" in out
+    assert "export is incomplete" in err
+    assert exported(run.root) == expected([records]), "what was there is exported all the same"
+    warning = json.loads((run.root / "aggregator/follow/finalization_warning.json").read_text())
+    assert warning["follow"]["run_end"] == "aggregator-gone"
+
+
+def test_an_idle_run_never_marked_complete_ends_after_the_idle_timeout(run: Writer050) -> None:
+    """The aggregator lives on (an orphan after kill -9 of the launcher) but sends nothing."""
+    follower = follow(run.root, "--idle-timeout", "1.5")
+    run.flush(step_records(0, 10))
+    code, out, _err = finish(follower)
+    assert code == EXIT_INCOMPLETE, out
+    assert "no new row for --idle-timeout" in out
+
+
+def test_rows_pruned_before_they_were_read_are_counted(run: Writer050) -> None:
+    """Retention deleted rows a late follower never saw: an id gap, counted and recorded."""
+    ids = run.flush(step_records(0, 100))["step_time_samples"]
+    run.flush(step_records(100, 50), prune={"step_time_samples": ids[59]})
+    run.close()
+    code, out, err = finish(follow(run.root))
+    assert code == EXIT_INCOMPLETE, out
+    assert "pruned before read         60 rows" in out
+    assert "60 rows were pruned by retention" in err
+    assert len(exported(run.root)["step_time"]) == 90
+    warning = json.loads((run.root / "aggregator/follow/finalization_warning.json").read_text())
+    assert warning["follow"]["pruned_rows"] == {"step_time_samples": 60}
+
+
+def test_a_bookmark_of_another_run_is_refused(run: Writer050, tmp_path: Path) -> None:
+    run.flush(step_records(0, 10))
+    run.close()
+    assert finish(follow(run.root))[0] == 0
+    other = Writer050(tmp_path / "logs" / "run2", session_id="run2")
+    other.flush(step_records(0, 10))
+    other.close()
+    state = other.root / "aggregator" / "follow"
+    state.mkdir(parents=True)
+    (state / "bookmark.json").write_bytes(
+        (run.root / "aggregator/follow/bookmark.json").read_bytes()
+    )
+    code, _out, err = finish(follow(other.root))
+    assert code == EXIT_INPUT
+    assert err.count("\n") == 1, err
+    assert "is of another run" in err, err
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda root: None, "no such folder"),
+        (lambda root: root.mkdir(parents=True), "not a TraceML run (no readable manifest.json)"),
+    ],
+)
+def test_bad_run_folders_get_one_line(tmp_path: Path, make: Any, message: str) -> None:
+    root = tmp_path / "logs" / "nope"
+    make(root)
+    code, _out, err = finish(follow(root, "--wait", "0.2"))
+    assert code == EXIT_INPUT
+    assert err.count("\n") == 1, err
+    assert message in err, err
+
+
+def test_a_database_of_an_unknown_layout_gets_one_line(tmp_path: Path) -> None:
+    run = Writer050(tmp_path / "run", tables=())
+    run.connection.execute("CREATE TABLE step_time_samples (id INTEGER PRIMARY KEY, x)")  # type: ignore[union-attr]
+    run.close()
+    code, out, err = finish(follow(run.root, "--streams", "step_time"))
+    assert code == EXIT_INPUT, (code, out, err)
+    assert err.count("\n") == 1, err
+    assert "lacks columns" in err, err
+    assert "TraceML 0.5.0's" in err, err
+
+
+def test_ctrl_c_drains_saves_the_bookmark_and_exits_130(run: Writer050) -> None:
+    follower = follow(run.root)
+    run.flush(step_records(0, 200))
+    wait_for(lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples") == 200)
+    follower.send_signal(signal.SIGINT)
+    code, out, _err = finish(follower)
+    assert code == EXIT_INTERRUPTED, out
+    assert len(exported(run.root)["step_time"]) == 200
