@@ -192,6 +192,22 @@ def scaffold(session: nox.Session) -> None:
     package = project / "src" / project.name.replace("-", "_")
     session.log(f"exporter package: {package} (TraceML setting: {spec})")
     session.log(f"its output:       {run_dir / 'aggregator' / 'export'}")
-    session.log(
-        f"use it:           PYTHONPATH={package.parent} traceml run --exporter {spec} train.py"
-    )
+    for line in _use_it(project, spec):
+        session.log(line)
+
+
+def _use_it(project: Path, spec: str) -> list[str]:
+    """How to run the scaffolded exporter with TraceML: each command works as printed in a
+    fresh environment (the pip line installs all the others need)."""
+    return [
+        "use it with TraceML 0.5.0 (no exporter setting: follow the run's database):",
+        f"  python -m pip install traceml-ai==0.5.0 {SDK} {project}",
+        "  traceml run --logs-dir logs --run-name run1 train.py &",
+        f"  traceml-exporter follow {spec} --session-root logs/run1 --streams all",
+        "or backfill a finished run:",
+        f"  traceml-exporter replay {spec} --sqlite logs/run1/aggregator/telemetry "
+        "--session-root logs/run1-export --streams all",
+        "with a TraceML that reads the exporter setting (newer than 0.5.0, which refuses "
+        "--exporter and ignores TRACEML_EXPORTER):",
+        f"  python -m pip install {project} && traceml run --exporter {spec} train.py",
+    ]
