@@ -284,6 +284,9 @@ def test_readme_covers_install_and_every_way_to_select(baked: Path) -> None:
         f'TraceMLRayConfig(exporter="{spec}")',
         "TRACEML_EXPORTER_SDK",
         "cruft update",
+        "traceml-ai==0.5.0",
+        f"traceml-exporter follow {spec} --session-root logs/run1",
+        f"traceml-exporter replay {spec} --sqlite logs/run1/aggregator/telemetry",
     ):
         assert needle in readme, needle
     assert "{{" not in readme
