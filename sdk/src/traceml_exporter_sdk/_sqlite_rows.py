@@ -25,9 +25,18 @@ from typing import Any
 
 import orjson
 
-from .fastpath import FloatNCalls
-from .fastpath import _events as _normalise_events
-from .projection import _as_str, _float, _int, _opt_int, _opt_str, _str, _time
+from ._coerce import (
+    FloatNCalls,
+    as_str,
+    drop_deviceless,
+    events,
+    opt_int,
+    opt_str,
+    time_ns,
+    to_float,
+    to_int,
+    to_str,
+)
 from .records import RECORD_TYPE_BY_STREAM, RECORD_TYPES, Record, builder
 
 __all__ = ["BadRowSink", "RowConverter"]
@@ -95,13 +104,11 @@ def _msgspec_events() -> Callable[[str], dict[str, Any]] | None:
         return None
     decode, to_builtins = types.decode_events, types.to_builtins
 
-    def events(text: str) -> dict[str, Any]:
-        value: dict[str, Any] = to_builtins(decode(text))
-        if {} in value.values():  # a name with no device is dropped
-            value = {name: devices for name, devices in value.items() if devices}
+    def decode_map(text: str) -> dict[str, Any]:
+        value: dict[str, Any] = drop_deviceless(to_builtins(decode(text)))
         return value
 
-    return events
+    return decode_map
 
 
 _FAST_EVENTS = _msgspec_events()
@@ -133,7 +140,7 @@ def _events(text: Any) -> dict[str, Any] | str:
     if type(value) is not dict:
         return f"events_json is a JSON {type(value).__name__}, not an object"
     try:
-        return _normalise_events(value, strict=True)
+        return events(value, strict=True)
     except FloatNCalls:
         return _events_by_json(text)
 
@@ -148,7 +155,7 @@ def _events_by_json(text: str) -> dict[str, Any] | str:
         return "events_json is nested too deeply"
     if type(value) is not dict:
         return f"events_json is a JSON {type(value).__name__}, not an object"
-    return _normalise_events(value)
+    return events(value)
 
 
 class _UnfitError(Exception):
@@ -165,7 +172,7 @@ def _required_int(name: str) -> Callable[[Any], int]:
 
 
 def _line(value: Any) -> str:
-    line = value if type(value) is str or value is None else _as_str(value)
+    line = value if type(value) is str or value is None else as_str(value)
     if not line:
         raise _UnfitError("line is empty" if line == "" else "line is NULL")
     return line
@@ -181,25 +188,25 @@ def _kind(value: Any) -> str:
 
 
 _IDENTITY = {
-    "rank": _opt_int,
-    "global_rank": _opt_int,
-    "local_rank": _opt_int,
-    "world_size": _opt_int,
-    "local_world_size": _opt_int,
-    "node_rank": _opt_int,
-    "pid": _opt_int,
-    "hostname": _opt_str,
+    "rank": opt_int,
+    "global_rank": opt_int,
+    "local_rank": opt_int,
+    "world_size": opt_int,
+    "local_world_size": opt_int,
+    "node_rank": opt_int,
+    "pid": opt_int,
+    "hostname": opt_str,
     "observed_timestamp_unix_ns": _required_int("observed_timestamp_unix_ns"),
-    "timestamp_unix_ns": _time,
+    "timestamp_unix_ns": time_ns,
     "gpu_idx": _required_int("gpu_idx"),
     "gpu_available": _bool01,
     "distributed_initialized": _bool01,
     "line": _line,
 }
-_BY_HINT: dict[str, Callable[[Any], Any]] = {"int": _int, "float": _float, "str": _str}
-_RUNTIME_BEST_EFFORT = {"seq": _opt_int, "topology": _opt_str, "distributed_backend": _opt_str}
+_BY_HINT: dict[str, Callable[[Any], Any]] = {"int": to_int, "float": to_float, "str": to_str}
+_RUNTIME_BEST_EFFORT = {"seq": opt_int, "topology": opt_str, "distributed_backend": opt_str}
 _RUNTIME_BEST_EFFORT |= dict.fromkeys(
-    ("training_strategy", "strategy_source", "strategy_confidence"), _opt_str
+    ("training_strategy", "strategy_source", "strategy_confidence"), opt_str
 )
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .fastpath import _identity
+from ._coerce import drop_deviceless, identity
 from .mapping import records_from_payload
 from .projection import sampler_of
 from .records import Record, RecordBatch, StepTimeRecord, twin
@@ -107,7 +107,7 @@ def _steps(
     """``fastpath._step_time`` for typed rows: the same fields, values already checked."""
     if not tables:
         return
-    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = _identity(
+    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(
         meta
     )
     observed = time.time_ns()
@@ -117,8 +117,7 @@ def _steps(
     for rows in tables.values():
         # One to_builtins call per table: per row, the call cost a tenth of the row.
         for row, events in zip(rows, to_builtins([row.events for row in rows]), strict=True):
-            if {} in events.values():  # a name with no device is dropped, as TraceML does
-                events = {name: devices for name, devices in events.items() if devices}
+            events = drop_deviceless(events)
             r = _new(fields)
             r.observed_timestamp_unix_ns = observed
             r.rank = rank

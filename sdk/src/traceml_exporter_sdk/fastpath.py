@@ -16,19 +16,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .projection import (
-    _as_str,
-    _bool01,
-    _float,
-    _int,
-    _opt_int,
-    _opt_str,
-    _rows_of,
-    _time,
+from ._coerce import (
+    as_str,
+    bool01,
+    events,
+    fast_float,
+    identity,
+    opt_int,
+    opt_str,
+    rows_of,
+    time_ns,
+    to_int,
+    to_str,
 )
-from .projection import _events as _careful_events
 from .records import (
-    EventStats,
     ProcessRecord,
     Record,
     RuntimeEnvironmentRecord,
@@ -56,109 +57,15 @@ _RUNTIME = builder(RuntimeEnvironmentRecord)
 _STDOUT = builder(StdoutStderrRecord)
 
 
-def _identity(
-    meta: Meta,
-) -> tuple[int | None, int | None, int | None, int | None, int | None, int | None, str | None]:
-    """``projection._identity`` with the plain int/str/None values taken as they are."""
-    get = meta.get
-    global_rank = get("global_rank")
-    if not (type(global_rank) is int or global_rank is None):
-        global_rank = _opt_int(global_rank)
-    if global_rank is None:
-        rank = get("rank")
-        if not (type(rank) is int or rank is None):
-            rank = _opt_int(rank)
-    else:
-        rank = global_rank
-    local_rank = get("local_rank")
-    world_size = get("world_size")
-    local_world_size = get("local_world_size")
-    node_rank = get("node_rank")
-    hostname = get("hostname")
-    return (
-        rank,
-        global_rank,
-        local_rank if type(local_rank) is int or local_rank is None else _opt_int(local_rank),
-        world_size if type(world_size) is int or world_size is None else _opt_int(world_size),
-        local_world_size
-        if type(local_world_size) is int or local_world_size is None
-        else _opt_int(local_world_size),
-        node_rank if type(node_rank) is int or node_rank is None else _opt_int(node_rank),
-        hostname if type(hostname) is str or hostname is None else _opt_str(hostname),
-    )
-
-
-def _f(value: Any) -> float | None:
-    """``_float`` with ints and None handled before the call (the usual odd values)."""
-    if type(value) is int:
-        return float(value)
-    if value is None:
-        return None
-    return _float(value)
-
-
-class FloatNCalls(Exception):  # noqa: N818 - a signal, not an error
-    """Raised by ``_events(raw, strict=True)`` at an ``n_calls`` that is a float."""
-
-
-def _events(raw: Any, strict: bool = False) -> dict[str, dict[str, EventStats]]:
-    """``projection._events`` for a map of plain dicts with str keys; else the careful one.
-
-    With str keys no two names (or devices) collide, so an event is kept exactly when
-    it has a device, in the careful path's order. A stats dict with all five keys is
-    read by index. ``strict`` raises FloatNCalls at a float ``n_calls``: a
-    JSON decoder may have turned a long integer into one (see ``backfill``).
-    """
-    if type(raw) is not dict:
-        return _careful_events(raw)
-    out: dict[str, dict[str, EventStats]] = {}
-    for name, by_device in raw.items():
-        if type(name) is not str or type(by_device) is not dict:
-            return _careful_events(raw)
-        devices: dict[str, EventStats] = {}
-        for device, stats in by_device.items():
-            if type(device) is not str or type(stats) is not dict:
-                return _careful_events(raw)
-            try:
-                is_gpu = stats["is_gpu"]
-                duration = stats["duration_ms"]
-                cpu = stats["cpu_ms"]
-                gpu = stats["gpu_ms"]
-                n_calls = stats["n_calls"]
-            except KeyError:
-                get = stats.get
-                is_gpu = get("is_gpu")
-                duration = get("duration_ms")
-                cpu = get("cpu_ms")
-                gpu = get("gpu_ms")
-                n_calls = get("n_calls")
-            if not (type(n_calls) is int or n_calls is None):
-                if strict and type(n_calls) is float:
-                    raise FloatNCalls
-                n_calls = _int(n_calls)
-            devices[device] = {
-                "is_gpu": is_gpu if is_gpu is True or is_gpu is False else None,
-                "duration_ms": duration
-                if type(duration) is float or duration is None
-                else _f(duration),
-                "cpu_ms": cpu if type(cpu) is float or cpu is None else _f(cpu),
-                "gpu_ms": gpu if type(gpu) is float or gpu is None else _f(gpu),
-                "n_calls": n_calls,
-            }
-        if devices:
-            out[name] = devices
-    return out
-
-
 # The builders below fill each record field by field (``records.twin``): a record of
 # 12 to 20 fields costs a third less than passing them to a constructor.
 
 
 def _step_time(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Record]) -> None:
-    rows = _rows_of(tables)
+    rows = rows_of(tables)
     if not rows:
         return
-    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = _identity(
+    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(
         meta
     )
     append = out.append
@@ -177,21 +84,21 @@ def _step_time(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[R
         r.node_rank = node_rank
         r.hostname = hostname
         ts = get("timestamp")
-        r.timestamp_unix_ns = ts if type(ts) is int else _time(ts)
+        r.timestamp_unix_ns = ts if type(ts) is int else time_ns(ts)
         seq = get("seq")
-        r.seq = seq if type(seq) is int else _int(seq)
+        r.seq = seq if type(seq) is int else to_int(seq)
         step = get("step")
-        r.step = step if type(step) is int else _int(step)
-        r.events = _events(get("events"))
+        r.step = step if type(step) is int else to_int(step)
+        r.events = events(get("events"))
         r.__class__ = record
         append(r)
 
 
 def _step_memory(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Record]) -> None:
-    rows = _rows_of(tables)
+    rows = rows_of(tables)
     if not rows:
         return
-    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = _identity(
+    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(
         meta
     )
     append = out.append
@@ -210,36 +117,35 @@ def _step_memory(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list
         r.node_rank = node_rank
         r.hostname = hostname
         ts = get("ts")
-        r.timestamp_unix_ns = ts if type(ts) is int else _time(ts)
+        r.timestamp_unix_ns = ts if type(ts) is int else time_ns(ts)
         seq = get("seq")
-        r.seq = seq if type(seq) is int else _int(seq)
+        r.seq = seq if type(seq) is int else to_int(seq)
         device = get("device")
-        r.device = device if type(device) is str else _str_or_none(device)
+        r.device = device if type(device) is str else to_str(device)
         step = get("step")
-        r.step = step if type(step) is int else _int(step)
+        r.step = step if type(step) is int else to_int(step)
         # Byte counts arrive as ints (torch's memory stats): converted here, not in _f.
         alloc = get("peak_alloc")
         r.peak_alloc_bytes = (
-            alloc if type(alloc) is float else float(alloc) if type(alloc) is int else _f(alloc)
+            alloc
+            if type(alloc) is float
+            else float(alloc)
+            if type(alloc) is int
+            else fast_float(alloc)
         )
         resv = get("peak_resv")
         r.peak_reserved_bytes = (
-            resv if type(resv) is float else float(resv) if type(resv) is int else _f(resv)
+            resv if type(resv) is float else float(resv) if type(resv) is int else fast_float(resv)
         )
         r.__class__ = record
         append(r)
 
 
-def _str_or_none(value: Any) -> str | None:
-    """``projection._str``: a str subclass becomes a plain str, anything else None."""
-    return _as_str(value) if isinstance(value, str) else None
-
-
 def _system(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Record]) -> None:
-    rows = _rows_of(tables)
+    rows = rows_of(tables)
     if not rows:
         return
-    global_rank, local_rank, world_size, local_world_size, node_rank, hostname = _identity(meta)[1:]
+    global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(meta)[1:]
     # The writer's table order: every system row, then every GPU row of the envelope.
     gpu_records: list[Record] = []
     append = out.append
@@ -254,9 +160,9 @@ def _system(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Reco
         ts = get("ts")
         seq = get("seq")
         if type(ts) is not int:
-            ts = _time(ts)
+            ts = time_ns(ts)
         if type(seq) is not int:
-            seq = _int(seq)
+            seq = to_int(seq)
         gpus = get("gpus")
         if type(gpus) is list or isinstance(gpus, list):
             for gpu_idx, gpu in enumerate(gpus):
@@ -281,12 +187,12 @@ def _system(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Reco
                 g.timestamp_unix_ns = ts
                 g.seq = seq
                 g.gpu_idx = gpu_idx
-                g.util = util if type(util) is float else _f(util)
-                g.mem_used_bytes = mem_used if type(mem_used) is float else _f(mem_used)
-                g.mem_total_bytes = mem_total if type(mem_total) is float else _f(mem_total)
-                g.temperature_c = temp if type(temp) is float else _f(temp)
-                g.power_usage_w = power if type(power) is float else _f(power)
-                g.power_limit_w = limit if type(limit) is float else _f(limit)
+                g.util = util if type(util) is float else fast_float(util)
+                g.mem_used_bytes = mem_used if type(mem_used) is float else fast_float(mem_used)
+                g.mem_total_bytes = mem_total if type(mem_total) is float else fast_float(mem_total)
+                g.temperature_c = temp if type(temp) is float else fast_float(temp)
+                g.power_usage_w = power if type(power) is float else fast_float(power)
+                g.power_limit_w = limit if type(limit) is float else fast_float(limit)
                 g.__class__ = gpu_record
                 append_gpu(g)
         r = new(fields)
@@ -300,24 +206,24 @@ def _system(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Reco
         r.timestamp_unix_ns = ts
         r.seq = seq
         cpu = get("cpu")
-        r.cpu_percent = cpu if type(cpu) is float else _f(cpu)
+        r.cpu_percent = cpu if type(cpu) is float else fast_float(cpu)
         ram_used = get("ram_used")
-        r.ram_used_bytes = ram_used if type(ram_used) is float else _f(ram_used)
+        r.ram_used_bytes = ram_used if type(ram_used) is float else fast_float(ram_used)
         ram_total = get("ram_total")
-        r.ram_total_bytes = ram_total if type(ram_total) is float else _f(ram_total)
-        r.gpu_available = _bool01(get("gpu_available"))
+        r.ram_total_bytes = ram_total if type(ram_total) is float else fast_float(ram_total)
+        r.gpu_available = bool01(get("gpu_available"))
         gpu_count = get("gpu_count")
-        r.gpu_count = gpu_count if type(gpu_count) is int else _int(gpu_count)
+        r.gpu_count = gpu_count if type(gpu_count) is int else to_int(gpu_count)
         r.__class__ = record
         append(r)
     out += gpu_records
 
 
 def _process(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Record]) -> None:
-    rows = _rows_of(tables)
+    rows = rows_of(tables)
     if not rows:
         return
-    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = _identity(
+    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(
         meta
     )
     append = out.append
@@ -334,13 +240,13 @@ def _process(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Rec
             mem_reserved = gget("mem_reserved")
             mem_total = gget("mem_total")
             if type(device) is not int:
-                device = _int(device)
+                device = to_int(device)
             if type(mem_used) is not float:
-                mem_used = _f(mem_used)
+                mem_used = fast_float(mem_used)
             if type(mem_reserved) is not float:
-                mem_reserved = _f(mem_reserved)
+                mem_reserved = fast_float(mem_reserved)
             if type(mem_total) is not float:
-                mem_total = _f(mem_total)
+                mem_total = fast_float(mem_total)
         else:
             device = mem_used = mem_reserved = mem_total = None
         r = new(fields)
@@ -353,20 +259,20 @@ def _process(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Rec
         r.node_rank = node_rank
         r.hostname = hostname
         ts = get("ts")
-        r.timestamp_unix_ns = ts if type(ts) is int else _time(ts)
+        r.timestamp_unix_ns = ts if type(ts) is int else time_ns(ts)
         seq = get("seq")
-        r.seq = seq if type(seq) is int else _int(seq)
+        r.seq = seq if type(seq) is int else to_int(seq)
         cpu = get("cpu")
-        r.cpu_percent = cpu if type(cpu) is float else _f(cpu)
+        r.cpu_percent = cpu if type(cpu) is float else fast_float(cpu)
         cores = get("cpu_cores")
-        r.cpu_logical_core_count = cores if type(cores) is int else _int(cores)
+        r.cpu_logical_core_count = cores if type(cores) is int else to_int(cores)
         ram_used = get("ram_used")
-        r.ram_used_bytes = ram_used if type(ram_used) is float else _f(ram_used)
+        r.ram_used_bytes = ram_used if type(ram_used) is float else fast_float(ram_used)
         ram_total = get("ram_total")
-        r.ram_total_bytes = ram_total if type(ram_total) is float else _f(ram_total)
-        r.gpu_available = _bool01(get("gpu_available"))
+        r.ram_total_bytes = ram_total if type(ram_total) is float else fast_float(ram_total)
+        r.gpu_available = bool01(get("gpu_available"))
         gpu_count = get("gpu_count")
-        r.gpu_count = gpu_count if type(gpu_count) is int else _int(gpu_count)
+        r.gpu_count = gpu_count if type(gpu_count) is int else to_int(gpu_count)
         r.gpu_device_index = device
         r.gpu_mem_used_bytes = mem_used
         r.gpu_mem_reserved_bytes = mem_reserved
@@ -381,8 +287,8 @@ def _runtime_environment(
     rows = tables.get("RuntimeEnvironmentTable") if isinstance(tables, dict) else None
     if not isinstance(rows, list):
         return
-    identity = _identity(meta)
-    pid = _opt_int(meta.get("pid"))
+    ident = identity(meta)
+    pid = opt_int(meta.get("pid"))
     for row in rows:
         if not isinstance(row, dict):
             continue
@@ -390,32 +296,32 @@ def _runtime_environment(
         out.append(
             _RUNTIME(
                 observed,
-                *identity,
+                *ident,
                 pid,
-                _time(get("ts")),
-                _opt_int(get("seq")),
-                _opt_str(get("topology")),
-                _bool01(get("distributed_initialized")),
-                _opt_str(get("distributed_backend")),
-                _opt_str(get("training_strategy")),
-                _opt_str(get("strategy_source")),
-                _opt_str(get("strategy_confidence")),
+                time_ns(get("ts")),
+                opt_int(get("seq")),
+                opt_str(get("topology")),
+                bool01(get("distributed_initialized")),
+                opt_str(get("distributed_backend")),
+                opt_str(get("training_strategy")),
+                opt_str(get("strategy_source")),
+                opt_str(get("strategy_confidence")),
             )
         )
 
 
 def _stdout_stderr(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Record]) -> None:
-    rows = _rows_of(tables)
+    rows = rows_of(tables)
     if not rows:
         return
-    rank = _identity(meta)[0]
-    ts = _time(meta.get("timestamp"))
+    rank = identity(meta)[0]
+    ts = time_ns(meta.get("timestamp"))
     for row in rows:
         line = row.get("line")
         if line is None:
             continue
         if type(line) is not str:
-            line = _as_str(line)
+            line = as_str(line)
         if line:
             out.append(_STDOUT(observed, rank, ts, line))
 
