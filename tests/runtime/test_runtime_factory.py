@@ -14,8 +14,8 @@ from traceml_exporter_sdk import (
     ExporterSettingError,
     FactoryFailure,
     JsonlExporter,
-    check_exporter_setting,
     load_exporter,
+    validate_exporter_setting,
 )
 
 ACCEPTED = (
@@ -38,16 +38,16 @@ ACCEPTED = (
     ],
 )
 def test_accepted_forms_come_back_unchanged(value: str) -> None:
-    assert check_exporter_setting(value) == value
+    assert validate_exporter_setting(value) == value
 
 
 def test_form_check_never_imports(write_module: WriteModule, tmp_path: Path) -> None:
     """A module that would fail to import, and one that is not there, both pass the check."""
     name = write_module("explodes", "raise RuntimeError('imported!')\n")
-    assert check_exporter_setting(f"{name}:make_exporter") == f"{name}:make_exporter"
+    assert validate_exporter_setting(f"{name}:make_exporter") == f"{name}:make_exporter"
     assert name not in sys.modules
     missing = "rt_surely_not_installed_pkg.sub"
-    assert check_exporter_setting(f"{missing}:make") == f"{missing}:make"
+    assert validate_exporter_setting(f"{missing}:make") == f"{missing}:make"
     assert "rt_surely_not_installed_pkg" not in sys.modules
 
 
@@ -94,7 +94,7 @@ def test_rejected_forms_name_the_problem_and_show_the_accepted_form(
     value: str, problem: str
 ) -> None:
     with pytest.raises(ExporterSettingError) as info:
-        check_exporter_setting(value)
+        validate_exporter_setting(value)
     message = str(info.value)
     assert problem in message
     assert ACCEPTED in message
@@ -104,7 +104,7 @@ def test_rejected_forms_name_the_problem_and_show_the_accepted_form(
 @pytest.mark.parametrize("value", [None, 3, b"jsonl", ["jsonl"]])
 def test_a_setting_that_is_not_a_string_is_rejected(value: object) -> None:
     with pytest.raises(ExporterSettingError, match="must be a string") as info:
-        check_exporter_setting(value)
+        validate_exporter_setting(value)
     assert ACCEPTED in str(info.value)
 
 

@@ -11,10 +11,8 @@ from traceml_exporter_sdk.factory import (
     BUILTIN_EXPORTERS,
     ExporterSettingError,
     FactoryResolutionError,
-    check_exporter_setting,
     factory_target,
     resolve_factory,
-    validate_exporter_setting,
 )
 
 WriteModule = Callable[[str, str], str]
@@ -87,5 +85,8 @@ def test_a_bad_form_is_a_setting_error_and_imports_nothing() -> None:
         resolve_factory("my/exporter.py:make")
 
 
-def test_the_old_name_of_the_form_validation_is_an_alias() -> None:
-    assert check_exporter_setting is validate_exporter_setting
+def test_the_unreleased_old_name_of_the_form_validation_is_gone() -> None:
+    """0.1.0 was never released: its deprecated alias went rather than being kept."""
+    import traceml_exporter_sdk
+
+    assert not hasattr(traceml_exporter_sdk, "check_exporter_setting")

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from .factory import (
         ExporterSettingError,
         FactoryFailure,
-        check_exporter_setting,
         load_exporter,
         validate_exporter_setting,
     )
@@ -77,7 +76,6 @@ __all__ = [
     "SystemGpuRecord",
     "SystemRecord",
     "__version__",
-    "check_exporter_setting",
     "load_exporter",
     "parse_export_streams",
     "records_from_payload",
@@ -91,7 +89,6 @@ _WHERE = {
     "ExporterFactory": "exporter",
     "ExporterSettingError": "factory",
     "FactoryFailure": "factory",
-    "check_exporter_setting": "factory",
     "load_exporter": "factory",
     "JsonlExporter": "jsonl",
     "records_from_payload": "mapping",

@@ -24,7 +24,6 @@ __all__ = [
     "FactoryFailure",
     "FactoryResolutionError",
     "call_factory",
-    "check_exporter_setting",
     "factory_target",
     "load_exporter",
     "resolve_factory",
@@ -89,10 +88,6 @@ def validate_exporter_setting(value: object) -> str:
     if problem:
         raise ExporterSettingError(f"exporter setting {value!r}: {problem}; {ACCEPTED_FORM}")
     return value
-
-
-check_exporter_setting = validate_exporter_setting
-"""Deprecated alias of :func:`validate_exporter_setting` ("check" names a conformance check)."""
 
 
 def _form_problem(value: str) -> str | None:
