@@ -550,6 +550,40 @@ def test_a_column_that_cannot_be_widened_raises_at_open(
     assert count(postgres, schema, "stdout_stderr") == 0  # still there, never dropped
 
 
+@pytest.mark.parametrize(
+    ("declared", "why"),
+    [
+        ("numeric(30,-6)", r"multiple of 10\^6"),
+        ("numeric(5,-2)", r"multiple of 10\^2"),
+        ("numeric(20,2)", "18 digits left of the point"),
+        ("numeric(18,0)", "18 digits left of the point"),
+    ],
+)
+def test_a_numeric_column_that_would_round_or_overflow_raises_at_open(
+    context: ExporterContext, schema: str, postgres: Database, declared: str, why: str
+) -> None:
+    """It once stored nanosecond stamps rounded to milliseconds and every step as 0, exit 0."""
+    old_table(postgres, schema, "stdout_stderr", f"rank bigint, timestamp_unix_ns {declared}")
+    exporter = make_exporter(context)
+    with pytest.raises(psycopg.errors.DatatypeMismatch) as refused:
+        exporter.open()
+    message = str(refused.value)
+    assert f"{schema}.stdout_stderr.timestamp_unix_ns is {declared}" in message
+    assert re.search(why, message), message
+    assert exporter._conn is None
+    assert exporter_backends(postgres) == []
+
+
+@pytest.mark.parametrize("declared", ["numeric", "numeric(19,0)", "numeric(40,6)"])
+def test_a_numeric_column_that_holds_every_bigint_is_used(
+    context: ExporterContext, schema: str, postgres: Database, declared: str
+) -> None:
+    old_table(postgres, schema, "stdout_stderr", f"rank bigint, timestamp_unix_ns {declared}")
+    lines = [StdoutStderrRecord(NS, 0, NS, "a"), StdoutStderrRecord(NS, 1, 2**63 - 1, "b")]
+    run(context, lines)
+    assert written(context) == expected_by_stream(lines)
+
+
 def test_the_unique_rows_view_keeps_one_row_per_key(
     context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
 ) -> None:
