@@ -21,8 +21,8 @@ is sent again, so nothing is lost or doubled. At the deadline the last error is
 raised. Any other error (authentication, permissions, a column that cannot be
 widened) is raised at once. Every wait is bounded on the client too
 (``_postgres_connection``): a failing ``open``, ``flush`` or ``close`` ends within
-``Timeouts.call_s`` (8 s) plus at most one ``connect_timeout`` attempt's rounding,
-under TraceML's shutdown budget.
+``Timeouts.call_s`` (8 s), under TraceML's shutdown budget. No error carries a
+password (``PGPASSWORD``, the conninfo's or a URL's).
 
 The rules of TraceML's export contract this class keeps:
 
