@@ -16,8 +16,15 @@ from ..streams import DEFAULT_EXPORT_STREAMS, parse_export_streams
 from .errors import CliError
 from .exit_codes import EXIT_INPUT, EXIT_USAGE
 
-__all__ = ["CLAIM", "check_input_file", "check_spec", "check_streams", "claim", "reason",
-           "session_root"]
+__all__ = [
+    "CLAIM",
+    "check_input_file",
+    "check_spec",
+    "check_streams",
+    "claim",
+    "reason",
+    "session_root",
+]
 
 CLAIM = "aggregator"
 """The folder whose ``mkdir`` claims a session root (TraceML's aggregator writes there too)."""
