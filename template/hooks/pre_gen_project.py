@@ -62,14 +62,16 @@ TEMPLATE_NAMES = frozenset(
         "PostgresUnavailableError", "RECEIPT_FILE", "REQUIRE_ENV", "SCHEMA_ENV", "SINK_COLUMNS",
         "STATEMENT_TIMEOUT_MS", "STREAM_COLUMNS", "TableKey", "UNIQUE_VIEW_SUFFIX",
         "Cursor", "DatatypeMismatch", "EXACT", "RUN_ID", "SESSION_ROOT", "STREAM_KEYS",
-        "AdaptContext", "Dumper", "Format",
+        "AdaptContext", "Dumper", "Format", "BoundedConnection", "DEFAULT_TIMEOUTS",
+        "MIN_CONNECT_S", "PQGen", "QUICK", "StalledError", "StallingProxy", "Timeouts",
+        "TypeVar",
         # the parquet sink's modules and tests
         "BACKLOG_BYTES", "BATCH", "BIG_FILE_ROWS", "CLOSE_GRACE_S", "COMPRESSION",
         "CONTRACT_VERSION", "DRIVER", "EVENTS_TYPE", "EXACT_TEXT", "FIELD_TYPES", "FLUSHES",
         "FORWARD",
         "INT_RULE", "JSON_ENCODING", "PART", "PART_GLOB", "PART_LIMIT", "REPLACED_GRACE_S",
         "ROW_GROUP_ROWS", "Recording", "STAGE_ROWS", "STATS_FIELDS", "STATS_TYPE", "STREAMS",
-        "SinkError", "StreamFolder", "TEXT_RULE", "UNKNOWN_FIELD_RULE",
+        "SinkError", "StreamFolder", "TEXT_RULE", "UNKNOWN_FIELD_RULE", "ExportDirLock",
         # the SDK's public names, which generated tests import
         "ALL_STREAMS", "DEFAULT_EXPORT_STREAMS", "EXPORT_STREAM_NAMES", "EventStats",
         "ExportFailure", "ExportRecord", "ExportReport", "ExportWorker", "Exporter",

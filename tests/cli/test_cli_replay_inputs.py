@@ -7,6 +7,7 @@ import os
 import struct
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import msgspec
@@ -20,6 +21,8 @@ from cli_helpers import (
     step_time_payload,
     write_jsonl,
 )
+from traceml_exporter_sdk.cli import inputs
+from traceml_exporter_sdk.cli.errors import CliError
 
 WARNING = Path("aggregator") / "finalization_warning.json"
 
@@ -29,6 +32,8 @@ class Spoiling:
     def __init__(self, context):
         self.root = context.session_root
     def open(self):
+        import shutil
+        shutil.rmtree(self.root / "aggregator", ignore_errors=True)  # the replay claimed it
         (self.root / "aggregator").write_text("in the way")
         raise OSError("sink unreachable")
     def write(self, records):
@@ -138,6 +143,68 @@ def test_a_second_replay_into_a_used_session_root_is_refused_and_touches_nothing
     assert again.stdout == ""
     assert _snapshot(tmp_path / "r") == before
     assert not (tmp_path / "r" / WARNING).exists()
+
+
+def test_two_replays_started_together_on_one_new_session_root_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Both found the folder empty; without an atomic claim both wrote into it (issue 20)."""
+    fifo = tmp_path / "payloads.fifo"
+    os.mkfifo(fifo)
+    command = [*CLI, "replay", "jsonl", "--payloads", str(fifo), "--format", "jsonl",
+               "--session-root", "r"]  # fmt: skip
+    runs = [
+        subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        # Both wait in open() of the FIFO, before the session-root check; one writer's
+        # open() lets both go on at the same moment.
+        time.sleep(1.5)
+        with fifo.open("wb") as fh:
+            fh.write(_lines(20))
+        outcomes = [(run.wait(timeout=60), *run.communicate(timeout=30)) for run in runs]
+    finally:
+        for run in runs:
+            run.kill()
+            run.wait(timeout=30)
+            for pipe in (run.stdout, run.stderr):
+                if pipe is not None:
+                    pipe.close()
+    codes = sorted(code for code, _out, _err in outcomes)
+    assert codes == [0, 3], outcomes
+    ((_code, _out, refused),) = [o for o in outcomes if o[0] == 3]
+    assert "--session-root r " in refused
+    assert "give a new or empty folder" in refused or "give each replay a new or empty" in refused
+    records, _closing = read_export(tmp_path / "r", "step_time")
+    assert [r["step"] for r in records] == list(range(20))  # the winner's, each once
+
+
+def test_a_folder_claimed_between_the_check_and_the_claim_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = inputs.claim
+
+    def claimed_by_another_run_first(root: Path) -> None:
+        real(root)  # the other run's claim, just after this run found the folder empty
+        real(root)
+
+    monkeypatch.setattr(inputs, "claim", claimed_by_another_run_first)
+    with pytest.raises(CliError) as refused:
+        inputs.session_root(str(tmp_path / "r"))
+    assert refused.value.code == 3
+    assert str(refused.value) == (
+        f"--session-root {tmp_path / 'r'} was taken by another run while this one checked it "
+        "(its aggregator folder appeared); give each replay a new or empty folder"
+    )
 
 
 def test_an_existing_empty_session_root_is_used(tmp_path: Path) -> None:

@@ -53,7 +53,10 @@ SINK_FILES = {
 """Project file -> the file of the chosen sink's folder it includes."""
 
 EXTRA_FILES = {
-    "postgres": [f"src/{DEFAULT_PACKAGE}/_postgres_schema.py"],
+    "postgres": [
+        f"src/{DEFAULT_PACKAGE}/_postgres_connection.py",
+        f"src/{DEFAULT_PACKAGE}/_postgres_schema.py",
+    ],
     "otlp": [
         f"src/{DEFAULT_PACKAGE}/_otlp_deadline.py",
         f"src/{DEFAULT_PACKAGE}/_otlp_settings.py",

@@ -16,7 +16,18 @@ from ..streams import DEFAULT_EXPORT_STREAMS, parse_export_streams
 from .errors import CliError
 from .exit_codes import EXIT_INPUT, EXIT_USAGE
 
-__all__ = ["check_input_file", "check_spec", "check_streams", "reason", "session_root"]
+__all__ = [
+    "CLAIM",
+    "check_input_file",
+    "check_spec",
+    "check_streams",
+    "claim",
+    "reason",
+    "session_root",
+]
+
+CLAIM = "aggregator"
+"""The folder whose ``mkdir`` claims a session root (TraceML's aggregator writes there too)."""
 
 
 def check_spec(spec: str) -> str:
@@ -37,7 +48,11 @@ def check_streams(value: str | None) -> str:
 
 
 def session_root(value: str | None) -> Path:
-    """A new or empty folder the replay can write in; anything else is exit 3, untouched."""
+    """A new or empty folder the replay can write in, claimed for this run; else exit 3.
+
+    Claiming it (``claim``) also proves the folder writable. A folder another run
+    claimed between the check and the claim is exit 3 too, untouched.
+    """
     if value is None:
         try:
             return Path(tempfile.mkdtemp(prefix="traceml-replay-", dir=Path.cwd()))
@@ -66,15 +81,31 @@ def session_root(value: str | None) -> Path:
     made = not root.exists()
     try:
         root.mkdir(parents=True, exist_ok=True)
-        os.rmdir(tempfile.mkdtemp(prefix=".traceml-probe-", dir=root))
+        claim(root)
     except OSError as exc:
         if made:
             with contextlib.suppress(OSError):
                 root.rmdir()
+        if isinstance(exc, FileExistsError):
+            raise CliError(
+                f"--session-root {root} was taken by another run while this one checked it "
+                f"(its {CLAIM} folder appeared); give each replay a new or empty folder",
+                EXIT_INPUT,
+            ) from None
         raise CliError(
             f"cannot write in --session-root {root}: {reason(exc)}", EXIT_INPUT
         ) from None
     return root
+
+
+def claim(root: Path) -> None:
+    """Make ``root/aggregator`` with one ``mkdir``: of two runs that both found ``root`` empty,
+    exactly one succeeds; the other gets ``FileExistsError`` (and writes nothing).
+
+    The emptiness check alone is check-then-act: two replays started together both
+    passed it and then wrote into the same export folder.
+    """
+    os.mkdir(root / CLAIM)
 
 
 def check_input_file(path: Path, what: str) -> None:

@@ -28,6 +28,9 @@ The rules of TraceML's export contract this class keeps:
 
 * the factory only stores settings; folders and files are made in ``open()``
   and later calls, on the export worker's thread;
+* one writer per export folder: ``open()`` takes an exclusive lock on it
+  (``ExportDirLock``) and refuses a folder another exporter holds; ``close()``
+  and any failure release it;
 * records are told apart by ``record.STREAM``, never by their class;
 * ``close(*, dropped_batches=0)`` writes what was buffered, compacts, and
   leaves no file open and no thread behind;
@@ -53,7 +56,7 @@ import pyarrow as pa
 
 from ._contract import ExporterContext, ExportRecord
 from ._parquet_arrow import stream_schema, to_arrow
-from ._parquet_layout import CLOSE_GRACE_S, SinkError, StreamFolder
+from ._parquet_layout import CLOSE_GRACE_S, ExportDirLock, SinkError, StreamFolder
 from ._parquet_read import read_export
 
 __all__ = [
@@ -126,15 +129,34 @@ class {{ cookiecutter.exporter_class }}:
         self._streams: dict[str, _Stream] = {}
         self._classes: dict[type, _Stream] = {}
         self._run = 0
+        self._lock = ExportDirLock(export_dir)
         self._state = "new"
 
     def open(self) -> None:
-        """Create ``export_dir`` and clear what a killed run left in its stream folders."""
+        """Create ``export_dir``, lock it, and clear what a killed run left in its stream folders.
+
+        Raises ``SinkError`` when another exporter holds the folder's lock.
+        """
         if self._state != "new":
             raise RuntimeError(f"open() called on a {self._state} exporter")
         self._state = "failed"  # until the folder is there
         try:
             self.export_dir.mkdir(parents=True, exist_ok=True)
+            self._lock.acquire()
+        except SinkError:
+            raise
+        except OSError as error:
+            raise SinkError(f"{self.export_dir}: {type(error).__name__}: {error}") from error
+        try:
+            self._clear_leftovers()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._state = "open"
+
+    def _clear_leftovers(self) -> None:
+        """Adopt each stream's generation link and drop what a killed run left beside it."""
+        try:
             links = [p for p in self.export_dir.iterdir() if p.is_symlink()]
         except OSError as error:
             raise SinkError(f"{self.export_dir}: {type(error).__name__}: {error}") from error
@@ -142,7 +164,6 @@ class {{ cookiecutter.exporter_class }}:
         for link in links:
             if link.name.isidentifier() and (self.export_dir / f".{link.name}").is_dir():
                 StreamFolder(self.export_dir, link.name, self._run, durable=self.durable).prepare()
-        self._state = "open"
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Buffer the batch per stream; a stream past ``backlog_bytes`` is written out."""
@@ -187,6 +208,7 @@ class {{ cookiecutter.exporter_class }}:
             raise
         self._streams.clear()
         self._classes.clear()
+        self._lock.release()
         self._state = "closed"
 
     def _remove_replaced_generations(self) -> None:
@@ -204,10 +226,11 @@ class {{ cookiecutter.exporter_class }}:
             raise RuntimeError(f"{method}() called on a {self._state} exporter{hint}")
 
     def _abort(self) -> None:
-        """After a failure: drop every buffer (no file is open between calls)."""
+        """After a failure: drop every buffer and release the folder's lock."""
         self._state = "failed"
         self._streams.clear()
         self._classes.clear()
+        self._lock.release()
 
     def _buffer(self, records: Sequence[ExportRecord]) -> None:
         """Append each record's fields to its stream's rows, in C loops where it can.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -379,3 +381,77 @@ def test_open_fails_cleanly_when_export_dir_is_a_file(context: ExporterContext) 
     exporter = make_exporter(context)
     with pytest.raises(SinkError, match="export"):
         exporter.open()
+
+
+def test_a_second_exporter_on_the_same_folder_is_refused_at_open(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    """Two writers in one folder would delete each other's parts: the second is refused."""
+    first = make_exporter(context)
+    first.open()
+    first.write(records[:4])
+    first.flush()
+    second = make_exporter(context)
+    with pytest.raises(SinkError, match=r"export.*another exporter is writing in this folder"):
+        second.open()
+    with pytest.raises(RuntimeError, match="failed exporter"):
+        second.close()
+    first.write(records[4:])
+    first.flush()
+    first.close()
+    assert written(context) == expected_by_stream(records)
+    third = make_exporter(context)  # the lock went with the first one's close
+    third.open()
+    third.write(records[:1])
+    third.close()
+    assert len(written(context)["step_time"]) == len(expected_by_stream(records)["step_time"]) + 1
+
+
+def test_a_failing_method_releases_the_folder(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    failing = make_exporter(context)
+    failing.open()
+    failing.write([memory(2**63)])
+    with pytest.raises(OverflowError, match="int64"):
+        failing.flush()
+    run(context, records)  # a new exporter gets the folder at once
+    assert written(context) == expected_by_stream(records)
+
+
+_HOLDER = """
+import sys
+from traceml_exporter_sdk import ExporterContext
+from {{ cookiecutter.package_name }}.exporter import make_exporter
+
+exporter = make_exporter(ExporterContext.create(sys.argv[1], export_streams="all"))
+exporter.open()
+print("open", flush=True)
+sys.stdin.readline()
+exporter.close()
+print("closed", flush=True)
+"""
+
+
+def test_an_exporter_of_another_process_keeps_the_folder_until_it_closes(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    with subprocess.Popen(  # noqa: S603 - this test's own script
+        [sys.executable, "-c", _HOLDER, str(context.session_root)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    ) as holder:  # fmt: skip
+        try:
+            assert holder.stdout is not None
+            assert holder.stdin is not None
+            assert holder.stdout.readline() == "open\n"
+            with pytest.raises(SinkError, match="another exporter is writing in this folder"):
+                make_exporter(context).open()
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            assert holder.stdout.readline() == "closed\n"
+        finally:
+            holder.kill()
+            holder.wait(timeout=30)
+    run(context, records)
+    assert written(context) == expected_by_stream(records)

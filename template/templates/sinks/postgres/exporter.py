@@ -12,14 +12,17 @@ Delivery: ``write`` only buffers the records, by stream; ``flush`` (and
 ``close``) turns them into rows while it streams them with COPY, binary where
 the table's types allow (so the server parses one part while Python makes the
 next), in one transaction with a row in
-``_export_flushes``, and commits; the records are delivered once the commit returns. A lost
-connection or a failed commit gets one reconnect: if that flush's row is in
-``_export_flushes`` the commit had happened, otherwise the same buffer is
-sent again, so nothing is lost or doubled; a second failure is raised with
-the server's message. Any other error (authentication, permissions, a column
-that cannot be widened) is raised at once. Every wait is bounded:
-``connect_timeout`` and ``statement_timeout`` of 5 s, so a failing flush
-(two statements and one connect) ends within 15 s, under TraceML's shutdown budget.
+``_export_flushes``, and commits; the records are delivered once the commit returns. A
+transient failure (a lost connection, a server restarting, a stalled network, a
+lock or statement timeout) is retried with backoff on a new connection until the
+call's deadline: the new connection first looks for that flush's row in
+``_export_flushes`` (if there, the commit had happened), otherwise the same buffer
+is sent again, so nothing is lost or doubled. At the deadline the last error is
+raised. Any other error (authentication, permissions, a column that cannot be
+widened) is raised at once. Every wait is bounded on the client too
+(``_postgres_connection``): a failing ``open``, ``flush`` or ``close`` ends within
+``Timeouts.call_s`` (8 s), under TraceML's shutdown budget. No error carries a
+password (``PGPASSWORD``, the conninfo's or a URL's).
 
 The rules of TraceML's export contract this class keeps:
 
@@ -39,7 +42,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,7 @@ import psycopg
 from psycopg import sql
 
 from ._contract import ExporterContext, ExportRecord
+from ._postgres_connection import MIN_CONNECT_S, BoundedConnection, Timeouts, backoff, connect
 from ._postgres_schema import (
     STREAM_COLUMNS,
     Layout,
@@ -71,8 +75,10 @@ CONNINFO_ENV = "TRACEML_POSTGRES_CONNINFO"
 DEFAULT_SCHEMA = "traceml"
 APPLICATION_NAME = "traceml-exporter"
 """libpq's ``fallback_application_name``: ``PGAPPNAME`` still wins."""
-CONNECT_TIMEOUT_S = 5
-STATEMENT_TIMEOUT_MS = 5_000
+DEFAULT_TIMEOUTS = Timeouts()
+"""connect_timeout 5 s, statement_timeout and lock_timeout 5 s, 8 s for a whole call."""
+CONNECT_TIMEOUT_S = DEFAULT_TIMEOUTS.connect_s
+STATEMENT_TIMEOUT_MS = int(DEFAULT_TIMEOUTS.statement_s * 1000)
 RECEIPT_FILE = "postgres_runs.jsonl"
 """``<export_dir>/postgres_runs.jsonl``: one line per ``open()`` naming the run id and schema."""
 
@@ -84,12 +90,42 @@ TableKey = tuple[str, tuple[str, ...]]
 """A stream and its records' ``COLUMNS``: one table made ready for them."""
 
 
+_REFUSED_FOR_GOOD = "not currently accepting connections"
+"""libpq's text for a database closed to connections by its owner (ALLOW_CONNECTIONS false)."""
+
+
 def _transient(error: BaseException) -> bool:
-    """A lost connection, a server going away or a serialization failure: worth one retry."""
+    """A lost connection, a server going away, a timeout or a serialization failure.
+
+    A database its owner closed to connections is not: no retry opens it in seconds.
+    """
     if isinstance(error, psycopg.OperationalError):
-        return True
+        return _REFUSED_FOR_GOOD not in str(error)
     state = getattr(error, "sqlstate", None) or ""
     return isinstance(error, psycopg.Error) and state.startswith("40")
+
+
+_TIMEOUT_HINTS: dict[type[psycopg.Error], str] = {
+    psycopg.errors.LockNotAvailable: "another session held a conflicting lock on it for longer "
+    "than lock_timeout",
+    psycopg.errors.QueryCanceled: "the statement ran longer than statement_timeout",
+}
+
+
+@contextlib.contextmanager
+def _naming(what: str) -> Iterator[None]:
+    """Say which table (or lock) a lock or statement timeout was about: the server does not."""
+    try:
+        yield
+    except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as error:
+        if getattr(error, "traceml_named", False):
+            raise
+        kind = type(error)
+        server = " ".join(str(error).split())
+        hint = next(h for k, h in _TIMEOUT_HINTS.items() if isinstance(error, k))
+        named = kind(f"{what}: {server} ({hint})")
+        setattr(named, "traceml_named", True)  # noqa: B010 - psycopg's class has no such field
+        raise named from error
 
 
 class {{ cookiecutter.exporter_class }}:
@@ -104,6 +140,7 @@ class {{ cookiecutter.exporter_class }}:
         include_hostname: bool = False,
         schema: str = DEFAULT_SCHEMA,
         conninfo: str = "",
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         # No connection here: the factory runs on another thread than open/write/flush/close.
         self.export_dir = export_dir
@@ -112,8 +149,9 @@ class {{ cookiecutter.exporter_class }}:
         self.include_hostname = include_hostname
         self.schema = schema
         self.conninfo = conninfo
+        self.timeouts = timeouts
         self.run_id = ""
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: BoundedConnection | None = None
         self._layouts: dict[str, Layout] = {}
         self._tables: dict[TableKey, dict[str, str]] = {}
         """Tables known to exist (committed), with their column types."""
@@ -132,7 +170,7 @@ class {{ cookiecutter.exporter_class }}:
             raise RuntimeError(f"open() called on a {self._state} exporter")
         self._state = "failed"  # until the connection is ready
         self.run_id = str(uuid.uuid4())
-        conn = self._connect()
+        conn = self._connect(time.monotonic() + self.timeouts.call_s)
         try:
             with conn.transaction(), conn.cursor() as cur:
                 self._lock(cur)
@@ -140,7 +178,8 @@ class {{ cookiecutter.exporter_class }}:
                 for stream in self.streams:
                     columns = STREAM_COLUMNS.get(stream)
                     if columns is not None:
-                        types = ensure_table(cur, self.schema, stream, columns)
+                        with _naming(f"table {self.schema}.{stream}"):
+                            types = ensure_table(cur, self.schema, stream, columns)
                         self._pending[stream, columns] = types
             self.export_dir.mkdir(parents=True, exist_ok=True)
             receipt = {
@@ -215,72 +254,112 @@ class {{ cookiecutter.exporter_class }}:
 
     # -- delivery ------------------------------------------------------------------------
 
-    def _deliver(self, conn: psycopg.Connection[Any], closing: int | None) -> None:
-        """Load and commit; after a transient failure, reconnect once and finish the job."""
+    def _deliver(self, conn: BoundedConnection, closing: int | None) -> None:
+        """Load and commit; after a transient failure, retry on a new connection until the deadline.
+
+        Each new connection first asks whether the failed attempt had committed
+        (``_committed``), so the buffer is sent again only when it had not.
+        """
+        started = time.monotonic()
+        deadline = started + self.timeouts.call_s
+        current: BoundedConnection | None = conn
+        attempt = 0
+        while (failure := self._attempt(current, closing, deadline)) is not None:
+            current = None
+            pause = backoff(attempt)
+            attempt += 1
+            if time.monotonic() + pause + MIN_CONNECT_S > deadline:  # no attempt left to make
+                raise _gave_up(failure, attempt, time.monotonic() - started) from failure
+            time.sleep(pause)
+
+    def _attempt(
+        self, conn: BoundedConnection | None, closing: int | None, deadline: float
+    ) -> psycopg.Error | None:
+        """One try (on a new connection when ``conn`` is None): None once delivered.
+
+        A transient error is returned, its connection closed; any other is raised.
+        """
         try:
+            if conn is None:
+                conn = self._connect(deadline)
+                self._conn = conn
+                if self._committed(conn):
+                    self._delivered(self._flushes + 1)
+                    return None
+            conn.deadline = deadline
             self._load(conn, closing)
-        except psycopg.Error as first:
-            if not _transient(first):
+        except psycopg.Error as error:
+            if not _transient(error):
                 raise
             self._conn = None
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
-            conn = self._connect()
-            self._conn = conn
-            if self._committed(conn):
-                self._delivered(self._flushes + 1)
-            else:
-                self._load(conn, closing)
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
+            return error
+        return None
 
-    def _load(self, conn: psycopg.Connection[Any], closing: int | None) -> None:
+    def _load(self, conn: BoundedConnection, closing: int | None) -> None:
         seq = self._flushes + 1
         self._pending = {}
         text_prefix = (self.run_id, str(self.session_root))
         binary_prefix = (uuid.UUID(self.run_id).bytes, str(self.session_root))
         with conn.transaction(), conn.cursor() as cur:
             for layout, rows in self._rows.items():
-                key = (layout.stream, layout.record_columns)
-                table = self._tables.get(key)
-                if table is None:
-                    self._lock(cur)
-                    self._create_schema(cur)
-                    table = ensure_table(cur, self.schema, layout.stream, layout.record_columns)
-                    self._pending[key] = table
-                types = binary_types(layout.columns, table)
-                copy = sql.SQL("COPY {}.{} ({}) FROM STDIN{}").format(
-                    sql.Identifier(self.schema),
-                    sql.Identifier(layout.stream),
-                    sql.SQL(", ").join(map(sql.Identifier, layout.columns)),
-                    sql.SQL(" (FORMAT BINARY)" if types else ""),
+                with _naming(f"table {self.schema}.{layout.stream}"):
+                    self._copy(cur, layout, rows, (text_prefix, binary_prefix))
+            with _naming(f"table {self.schema}.{FLUSHES_TABLE}"):
+                cur.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (run_id, flush_seq, session_root, records) "
+                        "VALUES (%s, %s, %s, %s)"
+                    ).format(self._meta(FLUSHES_TABLE)),
+                    (self.run_id, seq, str(self.session_root), self._buffered),
                 )
-                # Rows are made while the COPY streams: the server parses the
-                # previous ones (jsonb above all) on another core meanwhile.
-                prefix = text_prefix if types is None else binary_prefix
-                with cur.copy(copy) as pipe:
-                    if types is not None:
-                        pipe.set_types(types)
-                    for row in layout.rows(rows, prefix, binary=types is not None):
-                        pipe.write_row(row)
-            cur.execute(
-                sql.SQL(
-                    "INSERT INTO {} (run_id, flush_seq, session_root, records) "
-                    "VALUES (%s, %s, %s, %s)"
-                ).format(self._meta(FLUSHES_TABLE)),
-                (self.run_id, seq, str(self.session_root), self._buffered),
-            )
             if closing is not None:
                 written = dict(self._written)
                 for layout, rows in self._rows.items():
                     written[layout.stream] = written.get(layout.stream, 0) + len(rows)
-                cur.execute(
-                    sql.SQL(
-                        "INSERT INTO {} (run_id, session_root, dropped_batches, written_records) "
-                        "VALUES (%s, %s, %s, %s)"
-                    ).format(self._meta(RUNS_TABLE)),
-                    (self.run_id, str(self.session_root), _as_int(closing),
-                     json.dumps(written)),
-                )  # fmt: skip
+                with _naming(f"table {self.schema}.{RUNS_TABLE}"):
+                    cur.execute(
+                        sql.SQL(
+                            "INSERT INTO {} (run_id, session_root, dropped_batches, "
+                            "written_records) VALUES (%s, %s, %s, %s)"
+                        ).format(self._meta(RUNS_TABLE)),
+                        (self.run_id, str(self.session_root), _as_int(closing),
+                         json.dumps(written)),
+                    )  # fmt: skip
         self._delivered(seq)
+
+    def _copy(
+        self,
+        cur: psycopg.Cursor[Any],
+        layout: Layout,
+        rows: list[ExportRecord],
+        prefixes: tuple[tuple[str, str], tuple[bytes, str]],
+    ) -> None:
+        """COPY one stream's buffered records into its table (made first if this run has not)."""
+        key = (layout.stream, layout.record_columns)
+        table = self._tables.get(key)
+        if table is None:
+            self._lock(cur)
+            self._create_schema(cur)
+            table = ensure_table(cur, self.schema, layout.stream, layout.record_columns)
+            self._pending[key] = table
+        types = binary_types(layout.columns, table)
+        copy = sql.SQL("COPY {}.{} ({}) FROM STDIN{}").format(
+            sql.Identifier(self.schema),
+            sql.Identifier(layout.stream),
+            sql.SQL(", ").join(map(sql.Identifier, layout.columns)),
+            sql.SQL(" (FORMAT BINARY)" if types else ""),
+        )
+        # Rows are made while the COPY streams: the server parses the
+        # previous ones (jsonb above all) on another core meanwhile.
+        prefix = prefixes[0] if types is None else prefixes[1]
+        with cur.copy(copy) as pipe:
+            if types is not None:
+                pipe.set_types(types)
+            for row in layout.rows(rows, prefix, binary=types is not None):
+                pipe.write_row(row)
 
     def _delivered(self, seq: int) -> None:
         """The commit of flush ``seq`` happened: the buffer (and any table made) is the server's."""
@@ -292,7 +371,7 @@ class {{ cookiecutter.exporter_class }}:
         self._buffered = 0
         self._flushes = seq
 
-    def _committed(self, conn: psycopg.Connection[Any]) -> bool:
+    def _committed(self, conn: BoundedConnection) -> bool:
         """Whether the flush that failed had committed (its ``_export_flushes`` row exists)."""
         with conn.cursor() as cur:
             found = cur.execute(
@@ -305,27 +384,29 @@ class {{ cookiecutter.exporter_class }}:
 
     # -- connection ----------------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        """A connection in autocommit (transactions are explicit), with bounded waits."""
-        conn = psycopg.connect(
+    def _connect(self, deadline: float) -> BoundedConnection:
+        """A connection in autocommit (transactions are explicit) whose waits end by ``deadline``."""
+        conn = connect(
             self.conninfo,
-            autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT_S,
+            self.timeouts,
+            deadline,
             fallback_application_name=APPLICATION_NAME,
         )
         register_binary_dumpers(conn)
+        statement_ms = int(self.timeouts.statement_s * 1000)
+        lock_ms = statement_ms * 4 // 5  # below statement_timeout, which would fire first
         try:
             conn.execute(
                 "SELECT set_config('statement_timeout', %s, false), "
                 "set_config('lock_timeout', %s, false)",
-                (str(STATEMENT_TIMEOUT_MS), str(STATEMENT_TIMEOUT_MS)),
+                (str(statement_ms), str(lock_ms)),
             )
         except BaseException:
             conn.close()
             raise
         return conn
 
-    def _connection(self, method: str) -> psycopg.Connection[Any]:
+    def _connection(self, method: str) -> BoundedConnection:
         if self._state != "open" or self._conn is None:
             hint = "; call open() first" if self._state == "new" else ""
             raise RuntimeError(f"{method}() called on a {self._state} exporter{hint}")
@@ -345,7 +426,10 @@ class {{ cookiecutter.exporter_class }}:
 
     def _lock(self, cur: psycopg.Cursor[Any]) -> None:
         """Serialize DDL between exporters of several runs (held until the commit)."""
-        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("traceml-ddl:" + self.schema,))
+        with _naming(f"the DDL lock of schema {self.schema} (another exporter is making tables)"):
+            cur.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", ("traceml-ddl:" + self.schema,)
+            )
 
     def _create_schema(self, cur: psycopg.Cursor[Any]) -> None:
         exists = cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,))
@@ -369,6 +453,15 @@ class {{ cookiecutter.exporter_class }}:
         )
 
 
+def _gave_up(error: psycopg.Error, attempts: int, elapsed: float) -> psycopg.Error:
+    """The last transient error, saying how long it was retried (same class, same message)."""
+    message = f"{error}".rstrip() + f" (gave up after {attempts} attempts in {elapsed:.1f} s)"
+    try:
+        return type(error)(message)
+    except TypeError:
+        return psycopg.OperationalError(message)
+
+
 def _as_int(value: Any) -> int | None:
     """``dropped_batches`` as stored: an int, or None for anything else TraceML might pass."""
     return value if type(value) is int else None
@@ -384,4 +477,3 @@ def make_exporter(context: ExporterContext) -> {{ cookiecutter.exporter_class }}
         schema=os.environ.get(SCHEMA_ENV, "").strip() or DEFAULT_SCHEMA,
         conninfo=os.environ.get(CONNINFO_ENV, ""),
     )
-

@@ -18,6 +18,7 @@ import secrets
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -184,6 +185,85 @@ class CommitAnswerDropper:
                         self.armed = False
                         lose_answer = True
                     key.data.sendall(data)
+
+
+class StallingProxy:
+    """A TCP proxy to the server that, once stalled, forwards nothing but keeps connections open.
+
+    While stalled it reads nothing from either side and answers no new
+    connection, though the kernel still accepts and acknowledges: the network
+    that ``statement_timeout`` cannot see. Bounded: ``hold_s`` after the stall
+    began (and when the block ends) it closes every connection it holds.
+    """
+
+    def __init__(self, server: PostgresServer, hold_s: float = 12.0) -> None:
+        self._target = (server.host or "127.0.0.1", int(server.port or 5432))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port = int(self._listener.getsockname()[1])
+        self.hold_s = hold_s
+        self._stalled_at: float | None = None
+        self._closing = False
+        self._threads: list[threading.Thread] = []
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, server: PostgresServer, hold_s: float = 12.0) -> Iterator[StallingProxy]:
+        """The proxy, forwarding on 127.0.0.1:``port`` until ``stall()`` or the block's end."""
+        proxy = cls(server, hold_s)
+        proxy._spawn(proxy._accept)
+        try:
+            yield proxy
+        finally:
+            proxy._closing = True
+            for thread in proxy._threads:
+                thread.join(timeout=5)
+            proxy._listener.close()
+
+    def stall(self) -> None:
+        """Stop forwarding, in both directions, on every connection and every new one."""
+        self._stalled_at = time.monotonic()
+
+    def _held(self) -> bool:
+        """Whether to go on holding: stalled, within ``hold_s``, the block not ended."""
+        at = self._stalled_at
+        return not self._closing and at is not None and time.monotonic() - at < self.hold_s
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._spawn(self._pump, client)
+
+    def _pump(self, client: socket.socket) -> None:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(client)
+            if self._stalled_at is not None:  # a connection made during the stall: held, unread
+                while self._held():
+                    time.sleep(0.05)
+                return
+            upstream = stack.enter_context(socket.create_connection(self._target, timeout=10))
+            selector = stack.enter_context(selectors.DefaultSelector())
+            selector.register(client, selectors.EVENT_READ, upstream)
+            selector.register(upstream, selectors.EVENT_READ, client)
+            while not self._closing and self._stalled_at is None:
+                for key, _ in selector.select(timeout=0.05):
+                    source: socket.socket = key.fileobj  # type: ignore[assignment]
+                    data = source.recv(65536)
+                    if not data:
+                        return
+                    key.data.sendall(data)
+            while self._held():
+                time.sleep(0.05)
 
 
 # -- the sink interface the shared conformance test uses ----------------------------------

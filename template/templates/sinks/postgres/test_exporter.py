@@ -6,11 +6,13 @@ rules, delivery across a killed backend or a failing commit, and cleanup.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
 import secrets
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +20,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from exporter_calls import run, written
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
-from exporter_calls import run, written
-from sink_support import CommitAnswerDropper, Database, read_export
+from sink_support import CommitAnswerDropper, Database, StallingProxy, closed_port
 from traceml_exporter_sdk import (
     ExporterContext,
     ExportRecord,
@@ -32,9 +34,10 @@ from traceml_exporter_sdk import (
     StepTimeRecord,
 )
 from traceml_exporter_sdk.records import RECORD_TYPES
-from traceml_exporter_sdk.testing import as_foreign, expected_by_stream
+from traceml_exporter_sdk.testing import expected_by_stream
 from traceml_exporter_sdk.testing.strategies import record_batches
 
+from {{ cookiecutter.package_name }}._postgres_connection import Timeouts
 from {{ cookiecutter.package_name }}._postgres_schema import (
     STREAM_COLUMNS,
     UNIQUE_VIEW_SUFFIX,
@@ -53,6 +56,8 @@ from {{ cookiecutter.package_name }}.exporter import (
 
 ByStream = dict[str, list[dict[str, Any]]]
 NS = 1_712_345_678_901_234_567
+QUICK = Timeouts(connect_s=2, statement_s=1.0, call_s=4.0, stall_margin_s=0.5)
+"""Short bounds, so a test of a fault takes seconds (a stall counts after 1.5 s)."""
 
 
 @pytest.fixture
@@ -318,9 +323,10 @@ def test_a_commit_lost_twice_raises_the_servers_message(
     postgres: Database,
 ) -> None:
     _commit_trigger(postgres, schema, "PERFORM pg_terminate_backend(pg_backend_pid());")
+    opened.timeouts = QUICK
     opened.write(records)
-    with pytest.raises(psycopg.OperationalError, match="terminat"):
-        opened.flush()
+    with pytest.raises(psycopg.OperationalError, match=r"(?s)terminat.*gave up after \d+ attempts"):
+        opened.flush()  # retried, each time killed in COMMIT, until the call's deadline
     assert opened._conn is None
     assert exporter_backends(postgres) == []
     assert count(postgres, schema, "step_time") == 0
@@ -336,9 +342,9 @@ def test_a_permanent_error_raises_at_once_without_a_reconnect(
     connects: list[object] = []
     real = opened._connect
 
-    def counted() -> psycopg.Connection[Any]:
+    def counted(deadline: float) -> psycopg.Connection[Any]:
         connects.append(1)
-        return real()
+        return real(deadline)
 
     monkeypatch.setattr(opened, "_connect", counted)
     postgres.execute(
@@ -550,6 +556,40 @@ def test_a_column_that_cannot_be_widened_raises_at_open(
     assert count(postgres, schema, "stdout_stderr") == 0  # still there, never dropped
 
 
+@pytest.mark.parametrize(
+    ("declared", "why"),
+    [
+        ("numeric(30,-6)", r"multiple of 10\^6"),
+        ("numeric(5,-2)", r"multiple of 10\^2"),
+        ("numeric(20,2)", "18 digits left of the point"),
+        ("numeric(18,0)", "18 digits left of the point"),
+    ],
+)
+def test_a_numeric_column_that_would_round_or_overflow_raises_at_open(
+    context: ExporterContext, schema: str, postgres: Database, declared: str, why: str
+) -> None:
+    """It once stored nanosecond stamps rounded to milliseconds and every step as 0, exit 0."""
+    old_table(postgres, schema, "stdout_stderr", f"rank bigint, timestamp_unix_ns {declared}")
+    exporter = make_exporter(context)
+    with pytest.raises(psycopg.errors.DatatypeMismatch) as refused:
+        exporter.open()
+    message = str(refused.value)
+    assert f"{schema}.stdout_stderr.timestamp_unix_ns is {declared}" in message
+    assert re.search(why, message), message
+    assert exporter._conn is None
+    assert exporter_backends(postgres) == []
+
+
+@pytest.mark.parametrize("declared", ["numeric", "numeric(19,0)", "numeric(40,6)"])
+def test_a_numeric_column_that_holds_every_bigint_is_used(
+    context: ExporterContext, schema: str, postgres: Database, declared: str
+) -> None:
+    old_table(postgres, schema, "stdout_stderr", f"rank bigint, timestamp_unix_ns {declared}")
+    lines = [StdoutStderrRecord(NS, 0, NS, "a"), StdoutStderrRecord(NS, 1, 2**63 - 1, "b")]
+    run(context, lines)
+    assert written(context) == expected_by_stream(lines)
+
+
 def test_the_unique_rows_view_keeps_one_row_per_key(
     context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
 ) -> None:
@@ -615,3 +655,184 @@ def test_any_text_at_all_reads_back_as_written(lines: list[str]) -> None:
         context = ExporterContext.create(folder, "all")
         run(context, batch)
         assert written(context) == expected_by_stream(batch)
+
+
+# -- faults of the network and the server (issue 20) --------------------------------------
+
+
+def test_a_stalled_network_ends_the_flush_by_its_deadline(
+    context: ExporterContext,
+    schema: str,
+    records: list[ExportRecord],
+    postgres: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A proxy that stops forwarding but keeps the connection open: statement_timeout runs
+    on the server and never fires; the client's own bound must (it once waited forever)."""
+    del schema
+    with StallingProxy.running(postgres.server) as proxy:
+        monkeypatch.setenv(CONNINFO_ENV, f"host=127.0.0.1 port={proxy.port}")
+        exporter = make_exporter(context)
+        exporter.timeouts = QUICK
+        exporter.open()
+        exporter.write(records)
+        exporter.flush()
+        proxy.stall()
+        exporter.write(records)
+        started = time.monotonic()
+        with pytest.raises(psycopg.OperationalError) as raised:
+            exporter.flush()  # stalled at COMMIT, then a reconnect that is never answered
+        took = time.monotonic() - started
+        assert exporter._conn is None
+    monkeypatch.delenv(CONNINFO_ENV)
+    assert took <= QUICK.call_s + 0.5, took
+    assert f"127.0.0.1:{proxy.port}" in str(raised.value)
+    assert "gave up after 2 attempts" in str(raised.value)
+    with pytest.raises(RuntimeError, match="failed exporter"):
+        exporter.close()
+    assert written(context) == expected_by_stream(records)  # the first flush, once
+
+
+def test_a_server_that_never_answers_fails_open_naming_host_and_port(
+    context: ExporterContext, schema: str, postgres: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    del schema
+    with StallingProxy.running(postgres.server) as proxy:
+        proxy.stall()
+        monkeypatch.setenv(CONNINFO_ENV, f"host=127.0.0.1 port={proxy.port}")
+        exporter = make_exporter(context)
+        exporter.timeouts = QUICK
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.ConnectionTimeout) as raised:
+            exporter.open()
+        took = time.monotonic() - started
+    assert took < QUICK.connect_s + 1, took
+    assert f"the server at 127.0.0.1:{proxy.port} timed out after 2 s" in str(raised.value)
+    assert exporter._conn is None
+
+
+def _step(step: int) -> StepTimeRecord:
+    return StepTimeRecord(NS, 0, 0, 0, 1, 1, 0, None, NS + step, step, step, {})
+
+
+def test_a_server_restart_mid_run_loses_and_doubles_nothing(
+    context: ExporterContext, schema: str, postgres: Database
+) -> None:
+    """1.6 s of downtime once ended the whole run's export; flushes now wait it out."""
+    if not postgres.server.owned:
+        pytest.skip("needs a throwaway cluster of the tests' own to stop and start")
+    downtime: list[float] = []
+
+    def restart() -> None:
+        time.sleep(0.3)
+        began = time.monotonic()
+        postgres.server.stop()
+        time.sleep(max(0.0, 1.2 - (time.monotonic() - began)))
+        postgres.server.start()
+        downtime.append(time.monotonic() - began)
+
+    exporter = make_exporter(context)
+    exporter.open()
+    restarter = threading.Thread(target=restart)
+    restarter.start()
+    steps, slowest, after = 0, 0.0, 0
+    try:
+        for _ in range(500):  # bounded: about 0.02 s a round, and the restart's seconds
+            exporter.write([_step(steps + i) for i in range(20)])
+            started = time.monotonic()
+            exporter.flush()
+            slowest = max(slowest, time.monotonic() - started)
+            steps += 20
+            after += not restarter.is_alive()
+            if after >= 5:
+                break
+            time.sleep(0.02)
+    finally:
+        restarter.join(timeout=60)
+    exporter.close()
+    assert downtime, "the server was not restarted"
+    assert 1.2 <= downtime[0] < 5, downtime
+    assert slowest >= 0.5, "no flush met the downtime"
+    rows = postgres.execute(
+        sql.SQL("SELECT step, count(*) FROM {} WHERE _run_id = %s GROUP BY step").format(
+            table(schema, "step_time")
+        ),
+        (exporter.run_id,),
+    )
+    counts = dict(rows)
+    assert sorted(counts) == list(range(steps)), "a flushed record is missing"
+    assert set(counts.values()) == {1}, "a record was stored twice"
+
+
+def test_a_lock_timeout_names_the_table(
+    context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
+) -> None:
+    exporter = make_exporter(context)
+    exporter.timeouts = Timeouts(connect_s=2, statement_s=0.5, call_s=1.0)
+    exporter.open()
+    exporter.write(records)
+    kwargs = postgres.server.conninfo_kwargs(dbname=postgres.name)
+    with psycopg.connect(**kwargs) as holder:
+        holder.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+            table(schema, "step_time")
+        ))  # fmt: skip
+        with pytest.raises(psycopg.errors.LockNotAvailable) as raised:
+            exporter.flush()
+        holder.rollback()
+    message = str(raised.value)
+    assert message.startswith(f"table {schema}.step_time: canceling statement due to lock timeout")
+    assert "lock_timeout" in message
+
+
+_SECRET = "pw-" + secrets.token_hex(8)
+_ENV_SECRET = "env-" + secrets.token_hex(8)
+
+
+@pytest.mark.parametrize(
+    "conninfo",
+    [
+        "postgresql://traceml:{secret}@[::1/nowhere",  # libpq quotes the whole URI back
+        "postgresql://traceml:{secret} x@127.0.0.1/nowhere",  # ... or the password alone
+        "host=127.0.0.1 port={closed} password={secret}",
+        "host=127.0.0.1 port={port} password={secret}",  # trust auth: the run succeeds
+    ],
+    ids=["bad-ipv6-url", "space-in-password", "closed-port", "delivered"],
+)
+def test_no_password_reaches_a_file_a_log_or_a_message(
+    tmp_path: Path,
+    conninfo: str,
+    records: list[ExportRecord],
+    postgres: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    port = postgres.server.port or 5432
+    settings_text = conninfo.format(secret=_SECRET, closed=closed_port(), port=port)
+    monkeypatch.setenv(CONNINFO_ENV, settings_text)
+    monkeypatch.setenv("PGPASSWORD", _ENV_SECRET)
+    log = logging.FileHandler(tmp_path / "run.log", encoding="utf-8")
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(log)
+    root.setLevel(logging.DEBUG)
+    try:
+        context = ExporterContext.create(tmp_path / "session", export_streams="all")
+        worker = ExportWorker(make_exporter, context).start()
+        worker.submit_records(records)
+        report = worker.shutdown(30)
+    finally:
+        root.removeHandler(log)
+        root.setLevel(level)
+        log.close()
+    (tmp_path / "report.txt").write_text(f"{report!r}\n{report.failure}\n", encoding="utf-8")
+    if conninfo.endswith("{port} password={secret}"):
+        assert report.failure is None
+        assert (context.export_dir / "postgres_runs.jsonl").exists()
+    else:
+        assert report.failure is not None
+        assert (context.session_root / "aggregator" / "finalization_warning.json").exists()
+    files = [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert len(files) >= 3, files
+    for path in files:
+        data = path.read_bytes()
+        for secret in (_SECRET, _ENV_SECRET):
+            assert secret.encode() not in data, f"{path} holds the password"
