@@ -9,8 +9,8 @@ Two paths build the records of an envelope, both from the coercions of ``_coerce
   goes the careful way;
 - the careful path (``projection``): the projection builds row tuples exactly as
   TraceML's SQLite writers do, then each row becomes its record. It is the
-  reference (``tests/test_differential.py`` holds it equal to traceml-ai 0.5.0's
-  writers, ``tests/test_fast_path.py`` the fast path equal to it), and it decides
+  reference (``tests/mapping/test_differential.py`` holds it equal to traceml-ai 0.5.0's
+  writers, ``tests/mapping/test_fast_path.py`` the fast path equal to it), and it decides
   whatever the fast path could not build. It also runs when a projection in
   ``PROJECTION_BY_SAMPLER`` is not the shipped one (``shipped[0] is projection``
   below): a test that patches a projection gets exactly what it patched.

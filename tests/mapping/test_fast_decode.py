@@ -18,10 +18,11 @@ from typing import Any
 
 import orjson
 import pytest
-import test_differential
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fast_path import canon, event_maps, key, near_typed_envelopes
+from near_typed import canon, event_maps, key, near_typed_envelopes
+from oracle import events as reference_events
+from oracle import payloads
 from traceml_exporter_sdk import (
     ExporterContext,
     ExportWorker,
@@ -86,7 +87,7 @@ def test_near_typed_lines_map_as_the_usual_way(payload: Any, streams: tuple[str,
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(test_differential.payloads, st.sampled_from(STREAMS))
+@given(payloads, st.sampled_from(STREAMS))
 def test_differential_lines_map_as_the_usual_way(payload: Any, streams: tuple[str, ...]) -> None:
     line = dumps(payload)
     if line is not None:
@@ -173,7 +174,7 @@ def test_without_msgspec_replay_decodes_the_usual_way(
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(event_maps, test_differential.events), st.booleans())
+@given(st.one_of(event_maps, reference_events), st.booleans())
 def test_backfill_events_json_fast_equals_careful(events: Any, sort_keys: bool) -> None:
     """backfill decodes events_json with msgspec when it can; the careful decoding agrees."""
     try:

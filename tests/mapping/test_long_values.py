@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_differential import assert_matches_reference, reference
+from oracle import assert_matches_reference, reference
 from traceml_exporter_sdk import ExporterContext, JsonlExporter, records_from_payload
 from traceml_exporter_sdk.jsonl import encode_line
 
