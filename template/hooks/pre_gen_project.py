@@ -85,6 +85,8 @@ TEMPLATE_NAMES = frozenset(
         "Fault", "FieldDescriptor", "HTTPConnection", "HTTPSConnection", "LOGS_PATH", "MAX_BUFFER_BYTES", "MAX_REQUEST_BYTES", "OtlpExportError", "OtlpReceiver",
         "OtlpSettings", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
         "TIMESTAMPS", "VALUES", "KEY_ESCAPE",
+        # the HTTP sinks' shared transport (_http.py)
+        "Answer", "Endpoint", "HttpError", "HttpTransport", "REDACTED",
     }
 )  # fmt: skip
 """Names an exporter class may not take: its module or its tests already bind them."""
