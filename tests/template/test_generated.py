@@ -60,6 +60,12 @@ EXTRA_FILES = {
         f"src/{DEFAULT_PACKAGE}/_otlp_wire.py",
         "tests/test_otlp_wire.py",
     ],
+    "prometheus": [
+        f"src/{DEFAULT_PACKAGE}/_http.py",
+        f"src/{DEFAULT_PACKAGE}/_prometheus_series.py",
+        f"src/{DEFAULT_PACKAGE}/_prometheus_settings.py",
+        f"src/{DEFAULT_PACKAGE}/_prometheus_wire.py",
+    ],
     "parquet": [
         f"src/{DEFAULT_PACKAGE}/_parquet_arrow.py",
         f"src/{DEFAULT_PACKAGE}/_parquet_events.py",
