@@ -172,8 +172,13 @@ def template(session: nox.Session, sink: str) -> None:
         f"--sink={sink}",
         f"--baked={project}",
         *session.posargs,
-        # The postgres sink's tests fail instead of skipping when no server can be had.
-        env={"TRACEML_EXPORTER_SDK": str(SDK), "TRACEML_EXPORTER_REQUIRE_POSTGRES": "1"},
+        # The postgres and prometheus sinks' tests fail instead of skipping when no server
+        # can be had.
+        env={
+            "TRACEML_EXPORTER_SDK": str(SDK),
+            "TRACEML_EXPORTER_REQUIRE_POSTGRES": "1",
+            "TRACEML_EXPORTER_REQUIRE_PROMETHEUS": "1",
+        },
     )
 
 
