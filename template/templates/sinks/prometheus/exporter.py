@@ -42,6 +42,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from pathlib import Path
 
 from ._contract import ExporterContext, ExportRecord
@@ -66,6 +67,7 @@ RECEIPT_FILE = "prometheus_export.jsonl"
 RETRYABLE_STATUSES = frozenset({429, *range(500, 600)})
 """Remote write: a receiver answers 5xx for what may succeed later, 4xx for what never will."""
 MAX_SERIES_PER_REQUEST = 2000
+_STREAM = attrgetter("STREAM")
 _REFUSED_REPLAY = ("out of bounds", "out of order", "duplicate sample", "too old")
 
 
@@ -156,7 +158,7 @@ class {{ cookiecutter.exporter_class }}:
         self._require("write")
         try:
             self._aggregator().add(records)
-            self._pending.update(record.STREAM for record in records)
+            self._pending.update(map(_STREAM, records))
             if records and self._settings().sample_time == "observed":
                 newest = max(getattr(r, "observed_timestamp_unix_ns", 0) for r in records)
                 self._pending_observed_ns = max(self._pending_observed_ns, newest)
