@@ -94,7 +94,7 @@ TEMPLATE_NAMES = frozenset(
         "METRIC_TYPES", "MetricsServer", "MetricsServerUnavailableError", "PREFIX",
         "PROTOCOL_HEADERS", "PrometheusSettings", "PrometheusWriteError", "READS_ROWS",
         "SAMPLE_TIMES", "SKIP_CHECKS", "SNAPSHOT_COUNTERS", "Series", "ThreadingHTTPServer",
-        "VM_DIGITS",
+        "VM_DIGITS", "VM_TINY", "Phase", "STALE_NAN",
     }
 )  # fmt: skip
 """Names an exporter class may not take: its module or its tests already bind them."""
