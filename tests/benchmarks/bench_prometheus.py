@@ -7,8 +7,9 @@ real generated exporters), starts a local VictoriaMetrics (the SDK's
 times, best of ``REPEATS``, on step_time records with 5 events (64 ranks) and on the
 SDK's corpus (every stream):
 
-* the prometheus exporter: ``write`` in batches of ``BATCH`` records, ``flush`` every
-  ``FLUSH_EVERY`` records and at the end, each returning after VictoriaMetrics' 2xx;
+* the prometheus exporter: ``write`` in batches of ``BATCH`` records, ``flush`` once a
+  ``FLUSH_INTERVAL_S`` passed (the export worker's default cadence) and at the end, each
+  returning after VictoriaMetrics' 2xx;
   the bytes sent per record (snappy-compressed requests) are printed too;
 * the otlp exporter on the same records to the OTLP receiver, in the same run;
 * the server alone: the prometheus exporter's own request bodies re-sent to
@@ -42,7 +43,8 @@ from traceml_exporter_sdk.testing.prometheus_server import MetricsServer, victor
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = 64
-FLUSH_EVERY = 8192
+FLUSH_INTERVAL_S = 1.0
+"""ExportWorker's default ``flush_interval_s``: how often TraceML's worker flushes."""
 REPEATS = scaled(3, 1)
 STEP_RECORDS = scaled(200_000, 2_000)
 CORPUS_RECORDS = scaled(100_000, 1_000)
@@ -90,14 +92,12 @@ def time_prometheus(
 
             transport.post = keep
         gc.collect()
-        start = time.perf_counter()
-        since = 0
+        start = last = time.perf_counter()
         for i in range(0, len(records), BATCH):
             exporter.write(records[i : i + BATCH])
-            since += BATCH
-            if since >= FLUSH_EVERY:
+            if time.perf_counter() - last >= FLUSH_INTERVAL_S:
                 exporter.flush()
-                since = 0
+                last = time.perf_counter()
         exporter.flush()
         elapsed = time.perf_counter() - start
         sent = exporter.bytes_sent
