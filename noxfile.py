@@ -107,6 +107,9 @@ def _install_bench(session: nox.Session) -> None:
     session.install("psycopg[binary]>=3.2", "orjson>=3.9", "cookiecutter>=2.5")  # bench_postgres
     session.install(*BENCH_OTLP)
     session.install("pyarrow>=18")  # bench_parquet bakes the parquet sink (cookiecutter: above)
+    # bench_prometheus bakes the prometheus sink (urllib3: above) and runs VictoriaMetrics
+    # (Debian's binary, which .ci/run unpacks when it is missing)
+    session.install("cramjam>=2.8")
 
 
 @nox.session(python=MAIN_PYTHON, default=False)
@@ -172,8 +175,13 @@ def template(session: nox.Session, sink: str) -> None:
         f"--sink={sink}",
         f"--baked={project}",
         *session.posargs,
-        # The postgres sink's tests fail instead of skipping when no server can be had.
-        env={"TRACEML_EXPORTER_SDK": str(SDK), "TRACEML_EXPORTER_REQUIRE_POSTGRES": "1"},
+        # The postgres and prometheus sinks' tests fail instead of skipping when no server
+        # can be had.
+        env={
+            "TRACEML_EXPORTER_SDK": str(SDK),
+            "TRACEML_EXPORTER_REQUIRE_POSTGRES": "1",
+            "TRACEML_EXPORTER_REQUIRE_PROMETHEUS": "1",
+        },
     )
 
 

@@ -40,7 +40,7 @@ DEPENDENCY_MODULES = frozenset(
         "cookiecutter", "jinja2", "yaml", "msgspec",
         # the sinks' own libraries
         "psycopg", "psycopg_pool", "psycopg_binary", "pyarrow", "duckdb", "opentelemetry",
-        "google", "grpc", "httpx", "requests", "urllib3", "certifi", "polars",
+        "google", "grpc", "httpx", "requests", "urllib3", "certifi", "polars", "cramjam",
         # folder names a project has, where a package of that name would be confused
         "tests", "conftest", "src", "sink_support", "exporter_calls",
     }
@@ -86,7 +86,17 @@ TEMPLATE_NAMES = frozenset(
         "DeadlineHTTPSConnection", "DecodeError", "Descriptor", "ENDPOINT_VARIABLE", "EVENT_PREFIX",
         "Fault", "FieldDescriptor", "HTTPConnection", "HTTPSConnection", "LOGS_PATH", "MAX_BUFFER_BYTES", "MAX_REQUEST_BYTES", "OtlpExportError", "OtlpReceiver",
         "OtlpSettings", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
-        "TIMESTAMPS", "VALUES", "KEY_ESCAPE",
+        "TIMESTAMPS", "VALUES", "KEY_ESCAPE", "ScriptedPeer",
+        # the HTTP sinks' shared transport (_http.py)
+        "Answer", "Endpoint", "HttpError", "HttpTransport", "REDACTED",
+        # the prometheus sink's modules and tests (and what they import)
+        "Aggregator", "BUCKETS_MS", "BaseHTTPRequestHandler", "CONTENT_ENCODING", "CONTENT_TYPE",
+        "CardinalityError", "DEFAULT_TIMEOUT_S", "DEFAULT_URL", "FAMILIES", "FaultProxy",
+        "GAUGES", "INFO_FIELDS", "JOB", "MAX_LABEL_CHARS", "MAX_SERIES", "MAX_SERIES_PER_REQUEST",
+        "METRIC_TYPES", "MetricsServer", "MetricsServerUnavailableError", "PREFIX",
+        "PROTOCOL_HEADERS", "PrometheusSettings", "PrometheusWriteError", "READS_ROWS",
+        "SAMPLE_TIMES", "SKIP_CHECKS", "SNAPSHOT_COUNTERS", "Series", "ThreadingHTTPServer",
+        "VM_DIGITS", "VM_TINY", "Phase", "STALE_NAN",
     }
 )  # fmt: skip
 """Names an exporter class may not take: its module or its tests already bind them."""

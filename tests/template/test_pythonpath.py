@@ -35,7 +35,8 @@ def not_installed(sink: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 
 @pytest.fixture
 def sink_env(sink: str) -> Iterator[dict[str, str]]:
-    """Environment a sink's peer needs: a throwaway PostgreSQL, or the SDK's OTLP receiver."""
+    """Environment a sink's peer needs: a throwaway PostgreSQL, the SDK's OTLP receiver, or
+    a throwaway Prometheus."""
     if sink == "postgres":
         from traceml_exporter_sdk.testing.postgres_server import postgres_server
 
@@ -47,6 +48,12 @@ def sink_env(sink: str) -> Iterator[dict[str, str]]:
         with OtlpReceiver() as peer:
             yield {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": peer.endpoint}
             assert len(peer.log_records()) > 0, "the corpus never reached the receiver"
+    elif sink == "prometheus":
+        from traceml_exporter_sdk.testing.prometheus_server import prometheus_server
+
+        with prometheus_server() as server:
+            yield {"PROMETHEUS_REMOTE_WRITE_URL": server.write_url}
+            assert server.samples('{job="traceml"}'), "the corpus never reached Prometheus"
     else:
         yield {}
 

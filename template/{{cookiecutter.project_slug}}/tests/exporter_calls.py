@@ -7,6 +7,7 @@ from typing import Any
 
 import sink_support
 from traceml_exporter_sdk import ExporterContext, ExportRecord
+from traceml_exporter_sdk.testing import expected_by_stream
 
 from {{ cookiecutter.package_name }}.exporter import make_exporter
 
@@ -24,3 +25,15 @@ def run(context: ExporterContext, *batches: Sequence[ExportRecord], dropped: int
 def written(context: ExporterContext) -> dict[str, list[dict[str, Any]]]:
     """What ``sink_support.read_export`` finds, streams with no row left out."""
     return {s: rows for s, rows in sink_support.read_export(context).items() if rows}
+
+
+def expected(
+    records: Sequence[ExportRecord], *, include_hostname: bool = False
+) -> dict[str, list[dict[str, Any]]]:
+    """What ``written`` should find: the records' ``to_dict()``s, or for a sink that keeps
+    aggregates rather than rows, its ``sink_support.expected_export`` of them."""
+    own = getattr(sink_support, "expected_export", None)
+    if own is not None:
+        result: dict[str, list[dict[str, Any]]] = own(records, include_hostname=include_hostname)
+        return result
+    return expected_by_stream(records, include_hostname=include_hostname)
