@@ -11,17 +11,13 @@ import json
 import os
 import socket
 import ssl
-import tempfile
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from exporter_calls import run, written
 from sink_support import ENDPOINT_VARIABLE, closed_port_endpoint, read_export
 from traceml_exporter_sdk import (
@@ -31,9 +27,8 @@ from traceml_exporter_sdk import (
     StdoutStderrRecord,
     StepTimeRecord,
 )
-from traceml_exporter_sdk.testing import as_foreign, corpus_records, expected_by_stream
+from traceml_exporter_sdk.testing import corpus_records, expected_by_stream
 from traceml_exporter_sdk.testing.otlp_receiver import Fault, OtlpReceiver
-from traceml_exporter_sdk.testing.strategies import record_batches
 
 from {{ cookiecutter.package_name }}._otlp_deadline import _bind, deadline
 from {{ cookiecutter.package_name }}.exporter import (

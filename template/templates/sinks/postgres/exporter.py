@@ -384,4 +384,3 @@ def make_exporter(context: ExporterContext) -> {{ cookiecutter.exporter_class }}
         schema=os.environ.get(SCHEMA_ENV, "").strip() or DEFAULT_SCHEMA,
         conninfo=os.environ.get(CONNINFO_ENV, ""),
     )
-

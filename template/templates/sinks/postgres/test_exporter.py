@@ -18,21 +18,20 @@ from typing import Any
 
 import psycopg
 import pytest
+from exporter_calls import run, written
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
-from exporter_calls import run, written
-from sink_support import CommitAnswerDropper, Database, read_export
+from sink_support import CommitAnswerDropper, Database
 from traceml_exporter_sdk import (
     ExporterContext,
     ExportRecord,
-    ExportWorker,
     StdoutStderrRecord,
     StepMemoryRecord,
     StepTimeRecord,
 )
 from traceml_exporter_sdk.records import RECORD_TYPES
-from traceml_exporter_sdk.testing import as_foreign, expected_by_stream
+from traceml_exporter_sdk.testing import expected_by_stream
 from traceml_exporter_sdk.testing.strategies import record_batches
 
 from {{ cookiecutter.package_name }}._postgres_schema import (
