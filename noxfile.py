@@ -74,10 +74,34 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=MAIN_PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the SDK, tests and noxfile."""
-    session.install("ruff==0.17.6")
+    """ruff check and ruff format --check over the SDK, tests and noxfile, and every sink baked.
+
+    The sink sources under template/ are Jinja, which ruff.toml excludes: each sink of
+    template/cookiecutter.json is baked and linted the way its project's lint session does.
+    """
+    session.install("ruff==0.17.6", "cookiecutter>=2.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    for sink in TEMPLATE_SINKS:
+        project = _bake(session, Path(session.create_tmp()) / "lint" / sink, f"sink={sink}")
+        _lint_baked(session, project)
+
+
+def _lint_baked(session: nox.Session, project: Path) -> None:
+    """ruff on a baked project's explicit paths (its own settings); fails if ruff skipped a file.
+
+    ``--no-respect-gitignore``: the bake sits under .nox/, which .gitignore lists.
+    """
+    paths = [str(project / name) for name in ("src", "tests", "noxfile.py")]
+    options = ["--no-cache", "--no-respect-gitignore"]
+    listed = session.run("ruff", "check", *options, "--show-files", *paths, silent=True)
+    seen = {Path(line).resolve() for line in str(listed).split()}
+    expected = {p.resolve() for p in project.rglob("*.py") if "__pycache__" not in p.parts}
+    if seen != expected:
+        session.error(f"ruff skipped {sorted(map(str, expected - seen))} of {project}")
+    session.log(f"ruff: {len(seen)} files of the {project.parent.name} sink")
+    session.run("ruff", "check", *options, *paths)
+    session.run("ruff", "format", "--check", *options, *paths)
 
 
 @nox.session(python=MAIN_PYTHON)
