@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from ..errors import CliError, error_line
 from ..exit_codes import EXIT_DEPENDENCY, EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from ..inputs import check_spec
+from ..origin import install_hint
 from ..parser import add_command
 
 __all__ = ["add_parser", "cmd_check"]
@@ -57,7 +58,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
         importlib.import_module("pytest")
     except ImportError:
         raise CliError(
-            "check needs pytest; install it with pip install 'traceml-exporter-sdk[testing]'",
+            f"check needs pytest; install it with {install_hint('new,testing')}",
             EXIT_DEPENDENCY,
         ) from None
     import subprocess
