@@ -229,3 +229,5 @@ def scaffold(session: nox.Session) -> None:
     session.log(
         f"use it:           PYTHONPATH={package.parent} traceml run --exporter {spec} train.py"
     )
+    # Its noxfile installs the SDK from TRACEML_EXPORTER_SDK until the SDK is on an index.
+    session.log(f"run nox inside it: cd {project} && TRACEML_EXPORTER_SDK={SDK} nox")
