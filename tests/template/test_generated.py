@@ -86,6 +86,20 @@ def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:
         assert all(baked_lines[i] == line for i, line in plain), f"{project_file} is not {sink}'s"
 
 
+@pytest.mark.sink_independent
+def test_docs_name_the_files_a_bake_has() -> None:
+    """docs/template.md's tree has every common file; docs/otlp.md lists the otlp sink's."""
+    tree = (
+        (ROOT / "docs" / "template.md").read_text("utf-8").partition("## The generated project")[2]
+    )
+    tree = tree.split("```")[1]
+    assert [f for f in COMMON_FILES if Path(f).name not in tree] == []
+    otlp = (ROOT / "docs" / "otlp.md").read_text("utf-8")
+    otlp_files = [*SINK_FILES, *EXTRA_FILES["otlp"]]
+    named = [f.replace(DEFAULT_PACKAGE, "<package>") for f in otlp_files]
+    assert [f for f in named if f"`{f}`" not in otlp] == []
+
+
 def imported_modules(folder: Path) -> set[str]:
     """Top-level names of the absolute imports in the ``.py`` files under ``folder``."""
     names = set()
