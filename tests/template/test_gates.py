@@ -107,6 +107,13 @@ def test_workflow_gate_fails_without_a_workflow(project: Path) -> None:
     fails(lambda: gates.workflows(project), "no workflow")
 
 
+def test_pytest_gate_fails_when_a_conformance_check_is_deselected(project: Path) -> None:
+    """Only the lifecycle checks but one run (cheap); every check must have passed."""
+    pyproject = project / "pyproject.toml"
+    edit(pyproject, 'addopts = ["-ra"', 'addopts = ["-k", "lifecycle and not flush_twice", "-ra"')
+    fails(lambda: gates.pytest_run(project), r"did not pass: .*'test_lifecycle\[flush_twice\]'")
+
+
 def test_pytest_gate_fails_when_nothing_is_collected(project: Path) -> None:
     for test_module in (project / "tests").glob("test_*.py"):
         test_module.unlink()
