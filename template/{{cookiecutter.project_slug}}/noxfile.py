@@ -1,6 +1,6 @@
 #!/usr/bin/env -S uv run --script
 # /// script
-# dependencies = ["nox>=2025.2.9"]
+# dependencies = ["nox>=2025.2.9", "uv>=0.5"]
 # ///
 """Tests, lint and type checks: ``nox`` runs them all, ``nox -l`` lists them.
 
@@ -23,10 +23,33 @@ nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
 
 ROOT = Path(__file__).parent
+LINT_PATHS = ["src", "tests", "noxfile.py"]
+"""ruff's paths, named, and git's ignore files not consulted: in a folder git ignores
+(another project's ``.nox/``, say) ``ruff check .`` reads nothing and exits 0."""
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 PYTHONS = [{% for minor in range(cookiecutter.python_min.split('.')[1] | int, 14) %}"3.{{ minor }}"{% if not loop.last %}, {% endif %}{% endfor %}]
 SDK_NAME = "traceml-exporter-sdk"
 SDK = os.environ.get("TRACEML_EXPORTER_SDK", "").strip() or f"{SDK_NAME}[testing]"
+
+
+def _expose_pyenv_interpreters() -> None:
+    """Let nox find every pyenv-installed CPython, not just the active one.
+
+    ``pyenv exec`` (how a shimmed ``nox`` starts) pins PYENV_VERSION to one
+    version, so the ``python3.X`` shims of the others say "not found" and their
+    sessions skip; the other installed 3.x versions are appended after it.
+    """
+    root = os.environ.get("PYENV_ROOT")
+    if not root:
+        return
+    active = [v for v in os.environ.get("PYENV_VERSION", "").split(":") if v]
+    installed = sorted(p.name for p in Path(root, "versions").glob("3.1[0-9].*") if p.is_dir())
+    versions = active + [v for v in installed if v not in active]
+    if versions:
+        os.environ["PYENV_VERSION"] = ":".join(versions)
+
+
+_expose_pyenv_interpreters()
 
 
 def sdk_install_args() -> list[str]:
@@ -68,8 +91,8 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
     session.install(*group("lint"))
-    session.run("ruff", "check", ".")
-    session.run("ruff", "format", "--check", ".")
+    session.run("ruff", "check", "--no-respect-gitignore", *LINT_PATHS)
+    session.run("ruff", "format", "--check", "--no-respect-gitignore", *LINT_PATHS)
 
 
 @nox.session

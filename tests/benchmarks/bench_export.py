@@ -35,7 +35,7 @@ from traceml_exporter_sdk import ExporterContext, ExportWorker, records_from_pay
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import one_file_exporter
-from _smoke import SMOKE, scaled
+from _smoke import SMOKE, scaled, summary, verdict
 
 RANKS = 64
 STEPS_PER_TICK = 8  # 4 steps/s at TraceML's default 2 s sampler interval
@@ -263,10 +263,6 @@ def run_floor(batches: Sequence[Batch]) -> float:
     return time.perf_counter() - started
 
 
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 def throughput(name: str, batches: list[Batch], streams: str, tmp: Path) -> list[bool]:
     """Best of REPEATS interleaved runs of each contender (the machine may be shared)."""
     n = sum(map(len, batches))
@@ -433,7 +429,7 @@ def main() -> int:
         gc.unfreeze()
         gc.collect()
         results.append(stalled_memory(tmp))
-    print(f"\n{sum(results)}/{len(results)} targets PASS")
+    print(f"\n{summary(results)}")
     return 0
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from _smoke import scaled
+from _smoke import scaled, summary, verdict
 from traceml_exporter_sdk import ExporterContext, StepTimeRecord
 from traceml_exporter_sdk.testing import corpus_records
 from traceml_exporter_sdk.testing.otlp_receiver import OtlpReceiver
@@ -171,10 +171,6 @@ def best(run: Callable[[], float]) -> float:
     return min(run() for _ in range(REPEATS))
 
 
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         package, src = bake(Path(folder))
@@ -200,7 +196,7 @@ def main() -> int:
                 if floor is not None:
                     print(f"  floor {floor:,.0f} records/s: {verdict(ours >= floor)}")
                     results.append(ours >= floor)
-    print(f"\n{sum(results)}/{len(results)} targets PASS")
+    print(f"\n{summary(results)}")
     return 0
 
 

@@ -36,7 +36,7 @@ from traceml_exporter_sdk import ExporterContext, ExportWorker
 from traceml_exporter_sdk.testing import corpus_batches
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _smoke import scaled
+from _smoke import scaled, summary, verdict
 from bench_export import (  # the workload of the export benchmark, shared
     RANKS,
     STEPS_PER_TICK,
@@ -129,10 +129,6 @@ def run_worker(
     return elapsed, size
 
 
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 def compare(
     name: str, batches: list[Batch], streams: str, parquet: Factory, tmp: Path, *, targets: bool
 ) -> list[bool]:
@@ -183,7 +179,7 @@ def main() -> int:
         results += compare("step_time, 5 events", steps, "step_time", parquet, tmp, targets=False)
         results += compare("mixed, every stream", mixed, "all", parquet, tmp, targets=True)
         results += compare("sample corpus x400", corpus, "all", parquet, tmp, targets=False)
-    print(f"\nbench_parquet: {sum(results)} of {len(results)} targets met")
+    print(f"\nbench_parquet: {summary(results)}")
     return 0
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from _smoke import scaled
+from _smoke import scaled, summary, verdict
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from traceml_exporter_sdk import ExporterContext, StepMemoryRecord, StepTimeRecord
@@ -267,10 +267,10 @@ def main() -> int:
                 ok_rate, ok_ratio = rate >= 50_000, ratio >= 5
                 results += [ok_rate, ok_ratio]
                 print(
-                    f"    step_time >= 50,000 records/s: {'PASS' if ok_rate else 'MISS'}; "
-                    f">= 5x INSERT: {'PASS' if ok_ratio else 'MISS'}"
+                    f"    step_time >= 50,000 records/s: {verdict(ok_rate)}; "
+                    f">= 5x INSERT: {verdict(ok_ratio)}"
                 )
-    print(f"\n{sum(results)}/{len(results)} targets PASS")
+    print(f"\n{summary(results)}")
     return 0
 
 

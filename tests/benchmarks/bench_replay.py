@@ -38,8 +38,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import _smoke
 import orjson
-from _smoke import scaled
+from _smoke import scaled, verdict
 from traceml_exporter_sdk import ExporterContext, ExportWorker, StepTimeRecord, records_from_payload
 
 RECORDS = scaled(1_000_000, 4_000)
@@ -294,18 +295,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{quarter_rss:,} MB for a quarter of them ({quarter_lines * args.rows_per_payload:,} "
         f"records, {quarter_cpu:.2f} CPU s); backfill: {fill_rss:,} MB"
     )
-    verdict = "PASS" if vs_ref >= TARGET_VS_REFERENCE else "MISS"
     print(
         f"  replay / 0.5.0 alone (records/s, CPU) {vs_ref:.2f}x "
-        f"(target >= {TARGET_VS_REFERENCE:g}x): {verdict}"
+        f"(target >= {TARGET_VS_REFERENCE:g}x): {verdict(vs_ref >= TARGET_VS_REFERENCE)}"
     )
     fill_vs_ref = (db_rows / fill_cpu) / ref_rate
     print(f"  backfill / 0.5.0 alone (rows/s, CPU) {fill_vs_ref:.2f}x (figure)")
-    verdict = "PASS" if ratio < TARGET_RATIO else "MISS"
     print(
         f"  ratio replay / worker alone (CPU time) {ratio:.2f}x (target < {TARGET_RATIO:.0f}x): "
-        f"{verdict}"
+        f"{verdict(ratio < TARGET_RATIO)}"
     )
+    print(f"\n{_smoke.summary([vs_ref >= TARGET_VS_REFERENCE, ratio < TARGET_RATIO])}")
     return 0
 
 

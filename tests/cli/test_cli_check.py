@@ -29,6 +29,26 @@ def make(context):
     return Eager(tempfile.TemporaryFile())  # a resource made in the factory: not inert
 """
 
+FACTORY_CONNECTS = """
+import sqlite3
+
+class Connected:
+    def __init__(self, context):
+        context.export_dir.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(context.export_dir / "index.db")  # on the main thread
+    def open(self):
+        self.db.execute("CREATE TABLE IF NOT EXISTS t (n INTEGER)")
+    def write(self, records):
+        pass
+    def flush(self):
+        pass
+    def close(self, *, dropped_batches=0):
+        self.db.close()
+
+def make(context):
+    return Connected(context)
+"""
+
 ONE_FILE = (Path(__file__).resolve().parents[1] / "one_file_exporter.py").read_text(
     encoding="utf-8"
 )
@@ -56,6 +76,8 @@ def exporters(tmp_path: Path) -> Path:
     src = tmp_path / "src"
     src.mkdir()
     (src / "eager.py").write_text(FACTORY_OPENS_A_FILE)
+    (src / "connected.py").write_text(FACTORY_CONNECTS)
+    (src / "not_importable.py").write_text("import no_such_dependency_here\n")
     (src / "one_file.py").write_text(ONE_FILE)
     return src
 
@@ -90,6 +112,45 @@ def test_failing_checks_are_named_with_the_reason(tmp_path: Path, exporters: Pat
     )
 
 
+def test_a_cascade_is_named_once_first_with_its_hint(tmp_path: Path, exporters: Path) -> None:
+    """A connection made in the factory fails every run: one CAUSE line says so, first."""
+    result = run_cli(
+        "check",
+        "connected:make",
+        "--",
+        "-k",
+        "lifecycle or thread_confinement",
+        cwd=tmp_path,
+        pythonpath=[exporters],
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "conformance suite for connected:make"
+    assert re.fullmatch(
+        r"  CAUSE    (\d+) checks failed from one cause: the factory made a file, a connection "
+        r"or a thread \(factory_is_inert\): create connections, clients and files in open\(\), "
+        r"not in the factory",
+        lines[1],
+    ), result.stdout
+    explained = int(lines[1].split()[1])
+    _, failed, _ = _counts(result.stdout)
+    assert explained == failed >= 5
+    assert not [line for line in lines if line.startswith("  FAILED ")], "all explained"
+    [line] = error_lines(result)
+    assert f"{failed} from one cause" in line
+
+
+def test_a_module_that_does_not_import_is_one_line(tmp_path: Path, exporters: Path) -> None:
+    result = run_cli("check", "not_importable:make", cwd=tmp_path, pythonpath=[exporters])
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert error_lines(result) == [
+        "traceml-exporter: error: not_importable:make: module 'not_importable' does not import "
+        "(ModuleNotFoundError: No module named 'no_such_dependency_here'); install its package "
+        "or put the folder that holds it on PYTHONPATH"
+    ]
+
+
 def test_skips_have_reasons_and_read_back_turns_fidelity_on(
     tmp_path: Path, exporters: Path
 ) -> None:
@@ -97,7 +158,10 @@ def test_skips_have_reasons_and_read_back_turns_fidelity_on(
     assert without.returncode == 0, without.stdout + without.stderr
     skipped_lines = [line for line in without.stdout.splitlines() if line.startswith("  skipped ")]
     assert any(
-        line.startswith("  skipped  test_data_fidelity[") and "read_back" in line
+        line.startswith("  skipped  test_data_fidelity[")
+        and "--read-back MODULE:FUNCTION" in line
+        and "traceml_exporter_sdk.testing:read_jsonl" in line
+        and "sink_support:read_export" in line
         for line in skipped_lines
     ), without.stdout
     _, _, skipped_without = _counts(without.stdout)
@@ -160,7 +224,9 @@ def test_without_pytest_exit_5(tmp_path: Path) -> None:
         "check", "jsonl", cwd=tmp_path, prelude="import sys\nsys.modules['pytest'] = None"
     )
     assert result.returncode == 5
-    assert error_lines(result) == [
-        "traceml-exporter: error: check needs pytest; install it with "
-        "pip install 'traceml-exporter-sdk[testing]'"
-    ]
+    [line] = error_lines(result)
+    assert re.fullmatch(
+        r"traceml-exporter: error: check needs pytest; install it with "
+        r"pip install '(traceml-exporter-sdk|/\S+)\[new,testing\]'",
+        line,
+    ), line

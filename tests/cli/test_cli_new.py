@@ -83,6 +83,15 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
     return venv
 
 
+def test_an_editable_install_names_its_sdk_folder() -> None:
+    """From a checkout, install hints and next steps name ./sdk, not the index."""
+    from traceml_exporter_sdk.cli.origin import install_hint, local_source
+
+    if local_source() != SDK:
+        pytest.skip(f"the SDK here was not installed from {SDK}")
+    assert install_hint("new,testing") == f"pip install '{SDK}[new,testing]'"
+
+
 def test_wheel_ships_the_template(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     tracked = subprocess.run(
@@ -119,9 +128,9 @@ def test_new_from_the_wheel_in_a_fresh_venv(fresh_venv: Path, wheel: Path, tmp_p
         check=False,
     )
     assert without.returncode == 5
-    assert error_lines(without) == [
+    assert error_lines(without) == [  # the install that works where the SDK came from
         "traceml-exporter: error: new needs cookiecutter; install it with "
-        "pip install 'traceml-exporter-sdk[new]'"
+        f"pip install '{wheel}[new,testing]'"
     ]
 
     uv = _uv()
@@ -141,7 +150,14 @@ def test_new_from_the_wheel_in_a_fresh_venv(fresh_venv: Path, wheel: Path, tmp_p
     )
     assert result.returncode == 0, result.stdout + result.stderr
     project = tmp_path / "out" / "traceml-exporter-demo"
-    assert result.stdout == f"created {project}\n"
+    assert result.stdout == (
+        f"created {project}\n"
+        "next steps:\n"
+        f"  cd {project}\n"
+        f"  pip install -e . '{wheel}[testing]'   # the package and the SDK's conformance suite\n"
+        "  traceml-exporter check traceml_exporter_demo.exporter:make_exporter\n"
+        f"  TRACEML_EXPORTER_SDK={wheel} nox   # its tests on every Python, lint and type checks\n"
+    )
     assert (project / "pyproject.toml").is_file()
     exporter = project / "src" / "traceml_exporter_demo" / "exporter.py"
     assert "sqlite3" in exporter.read_text()

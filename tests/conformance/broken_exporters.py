@@ -23,7 +23,8 @@ LEAK_SECONDS = 4.0
 
 
 class Good:
-    """A correct exporter: files made in open, dispatch on STREAM, close flushes and closes."""
+    """A correct exporter: files made in open, dispatch on STREAM, close flushes and closes,
+    and a failing write or flush closes its files before it raises."""
 
     def __init__(self, context: Any) -> None:
         self.context = context
@@ -48,12 +49,20 @@ class Good:
         return json.dumps(data) + "\n"
 
     def write(self, records: Any) -> None:
-        for record in records:
-            self.files[record.STREAM].write(self.line(record))
+        try:
+            for record in records:
+                self.files[record.STREAM].write(self.line(record))
+        except BaseException:
+            self.release()
+            raise
 
     def flush(self) -> None:
-        for handle in self.files.values():
-            handle.flush()
+        try:
+            for handle in self.files.values():
+                handle.flush()
+        except BaseException:
+            self.release()
+            raise
 
     def close(self, *, dropped_batches: int = 0) -> None:
         self.close_files()
@@ -62,6 +71,13 @@ class Good:
         files, self.files = self.files, {}
         for handle in files.values():
             handle.close()
+
+    def release(self) -> None:
+        """After a failure the worker calls nothing more, not even close: let go of the files."""
+        files, self.files = self.files, {}
+        for handle in files.values():
+            with contextlib.suppress(OSError):  # a broken sink may fail this close too
+                handle.close()
 
 
 def make_good(context: Any) -> Good:

@@ -6,6 +6,7 @@ checks on, at the default throughput floor: nothing may fail or be skipped.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,12 @@ def test_jsonl_spec_option_passes_every_check_with_no_test_file(pytester: pytest
     assert result == {"passed": ALL, "failed": set(), "skipped": set()}
 
 
+# The contract's example, kept verbatim, does not close its file when a write fails
+# (the failure checks break its sink); the worker then calls nothing more on it, so
+# the file goes with the garbage collector's ResourceWarning, not an error here.
+@pytest.mark.filterwarnings(
+    "ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"
+)
 def test_contract_one_file_exporter_passes_every_check(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -77,4 +84,5 @@ def test_contract_one_file_exporter_passes_every_check(
         """
     )
     result = outcomes(pytester.inline_run("-p", "no:cacheprovider"))
+    gc.collect()  # its abandoned files go now, under this test's filters
     assert result == {"passed": ALL, "failed": set(), "skipped": set()}

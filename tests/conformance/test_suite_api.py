@@ -198,29 +198,32 @@ def test_a_missing_or_unimportable_factory_errors_each_check_with_a_clear_messag
     result.assert_outcomes(errors=2)
 
 
+SQLITE_IN_FACTORY = """
+import sqlite3
+
+class Exporter:
+    def __init__(self, context):
+        context.export_dir.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(context.export_dir / "x.db")
+    def open(self):
+        self.db.execute("CREATE TABLE IF NOT EXISTS t (x)")
+    def write(self, records):
+        pass
+    def flush(self):
+        pass
+    def close(self, *, dropped_batches=0):
+        self.db.close()
+
+def make_exporter(context):
+    return Exporter(context)
+"""
+
+
 def test_a_factory_that_opens_a_file_is_told_to_move_it_into_open(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(
-        side_effect="""
-        import sqlite3
-
-        class Exporter:
-            def __init__(self, context):
-                context.export_dir.mkdir(parents=True, exist_ok=True)
-                self.db = sqlite3.connect(context.export_dir / "x.db")
-            def open(self):
-                self.db.execute("CREATE TABLE t (x)")
-            def write(self, records):
-                pass
-            def flush(self):
-                pass
-            def close(self, *, dropped_batches=0):
-                self.db.close()
-
-        def make_exporter(context):
-            return Exporter(context)
-        """,
+        side_effect=SQLITE_IN_FACTORY,
         test_side_effect="""
         from traceml_exporter_sdk.testing import ExporterConformance
 
@@ -242,6 +245,52 @@ def test_a_factory_that_opens_a_file_is_told_to_move_it_into_open(
         ],
         consecutive=False,
     )
+
+
+def test_the_summary_names_a_cascades_root_cause_first(pytester: pytest.Pytester) -> None:
+    """One cause, its hint and the checks it explains, before pytest's own report."""
+    pytester.makepyfile(
+        side_effect=SQLITE_IN_FACTORY,
+        test_side_effect="""
+        from traceml_exporter_sdk.testing import ExporterConformance
+
+        class TestX(ExporterConformance):
+            factory = "side_effect:make_exporter"
+        """,
+    )
+    pytester.syspathinsert()
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-k", "lifecycle or inert")
+    failed = result.parseoutcomes()["failed"]
+    assert failed >= 5
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "TraceML exporter: root cause" in line)
+    section = [line for line in lines[start + 1 :] if line]
+    assert section[0] == (
+        f"{failed} checks failed from one cause: the factory made a file, a connection or a "
+        "thread (factory_is_inert): create connections, clients and files in open(), not in the "
+        "factory"
+    )
+    assert section[1].startswith("  in test_side_effect.py::TestX: factory_is_inert, ")
+    assert "FAILURES" in section[2]
+    # pytest's own report follows, whole: every failure, then the short summary.
+    result.stdout.fnmatch_lines(["*short test summary info*"])
+    assert sum(line.startswith("FAILED ") for line in lines) == failed
+
+
+def test_a_lone_failure_gets_no_root_cause_section(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        side_effect=SQLITE_IN_FACTORY,
+        test_side_effect="""
+        from traceml_exporter_sdk.testing import ExporterConformance
+
+        class TestX(ExporterConformance):
+            factory = "side_effect:make_exporter"
+        """,
+    )
+    pytester.syspathinsert()
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-k", "inert")
+    result.assert_outcomes(failed=1)
+    assert "root cause" not in result.stdout.str()
 
 
 # -- hooks -----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import sys
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import gates
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -94,6 +95,20 @@ def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:
         assert all(baked_lines[i] == line for i, line in plain), f"{project_file} is not {sink}'s"
 
 
+@pytest.mark.sink_independent
+def test_docs_name_the_files_a_bake_has() -> None:
+    """docs/template.md's tree has every common file; docs/otlp.md lists the otlp sink's."""
+    tree = (
+        (ROOT / "docs" / "template.md").read_text("utf-8").partition("## The generated project")[2]
+    )
+    tree = tree.split("```")[1]
+    assert [f for f in COMMON_FILES if Path(f).name not in tree] == []
+    otlp = (ROOT / "docs" / "otlp.md").read_text("utf-8")
+    otlp_files = [*SINK_FILES, *EXTRA_FILES["otlp"]]
+    named = [f.replace(DEFAULT_PACKAGE, "<package>") for f in otlp_files]
+    assert [f for f in named if f"`{f}`" not in otlp] == []
+
+
 def imported_modules(folder: Path) -> set[str]:
     """Top-level names of the absolute imports in the ``.py`` files under ``folder``."""
     names = set()
@@ -134,53 +149,19 @@ ROW_CHECKS_SKIPPED = {"prometheus": 6}
 
 
 def test_tests_and_conformance_suite_pass(baked: Path, sink: str) -> None:
-    result = run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA"],
-        cwd=baked,
-        env=project_env(baked),
-    )
-    assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-3000:]
-    outcomes: dict[str, list[str]] = {}
-    summary = result.stdout.rpartition("short test summary info")[2]
-    for line in summary.splitlines():
-        word, _, test = line.partition(" ")
-        if word in {"PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS"}:
-            outcomes.setdefault(word, []).append(test)
-    # An aggregating sink skips the suite's row-level checks by name, with this reason
-    # (its sink_support's SKIP_CHECKS); every other skip is a failure of this test.
-    skipped = outcomes.pop("SKIPPED", [])
-    by_name = [t for t in skipped if NO_ROWS in t]
-    assert len(by_name) == ROW_CHECKS_SKIPPED.get(sink, 0), skipped
-    if len(by_name) != len(skipped):
-        outcomes["SKIPPED"] = [t for t in skipped if NO_ROWS not in t]
-    assert set(outcomes) == {"PASSED"}, f"nothing may fail or be skipped: {outcomes}"
-    conformance = [t for t in outcomes["PASSED"] if t.startswith("tests/test_conformance.py")]
-    assert len(conformance) >= 10, f"the conformance suite did not run: {outcomes}"
-    assert any(t.startswith("tests/test_exporter.py") for t in outcomes["PASSED"])
+    gates.pytest_run(baked, skip_reason=NO_ROWS, skips=ROW_CHECKS_SKIPPED.get(sink, 0))
 
 
 def test_ruff_clean(baked: Path) -> None:
-    for command in (["check", "."], ["format", "--check", "."]):
-        result = run([tool("ruff"), *command, "--no-cache"], cwd=baked)
-        assert result.returncode == 0, result.stdout + result.stderr
+    gates.ruff(baked)
 
 
 def test_mypy_strict_clean(baked: Path, tmp_path: Path) -> None:
-    result = run(
-        [tool("mypy"), "--strict", "--cache-dir", tmp_path / "mypy"],
-        cwd=baked,
-        env=project_env(baked),
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    gates.mypy(baked, tmp_path / "mypy")
 
 
 def test_sp_repo_review_finds_nothing(baked: Path) -> None:
-    result = run([tool("repo-review"), ".", "--format", "json"], cwd=baked)
-    checks = json.loads(result.stdout)["checks"]
-    failed = {name: c["description"] for name, c in checks.items() if c["result"] is False}
-    assert not failed
-    ignored = read_toml(baked / "pyproject.toml")["tool"]["repo-review"]
-    assert all(reason.strip() for reason in ignored["ignore"].values()), "say why"
+    gates.repo_review(baked)
 
 
 @pytest.mark.sink_independent
@@ -197,6 +178,36 @@ def test_generated_noxfile_runs_lint_and_typecheck(baked: Path, tmp_path: Path) 
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "-e" in result.stderr
     assert f"{ROOT / 'sdk'}[testing]" in result.stderr
+
+
+@pytest.mark.sink_independent
+def test_noxfile_lints_the_paths_the_gate_checks(baked: Path) -> None:
+    """The lint session names what gates.ruff checks; ``uv run --script`` brings uv for nox."""
+    source = (baked / "noxfile.py").read_text("utf-8")
+    tree = ast.parse(source)
+    (paths,) = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "LINT_PATHS"
+    ]
+    assert tuple(paths) == gates.LINT_PATHS
+    script_block = source.partition("# /// script")[2].partition("# ///")[0]
+    assert '"uv>=0.5"' in script_block
+
+
+@pytest.mark.sink_independent
+def test_noxfile_exposes_every_pyenv_python(baked: Path, tmp_path: Path) -> None:
+    """Under pyenv, nox sees the installed 3.x versions, not only the active one."""
+    for version in ("3.10.14", "3.12.1", "3.13.0", "2.7.18"):
+        (tmp_path / "versions" / version).mkdir(parents=True)
+    script = "import os, runpy; runpy.run_path('noxfile.py'); print(os.environ['PYENV_VERSION'])"
+    result = run(
+        [sys.executable, "-c", script],
+        cwd=baked,
+        env={**os.environ, "PYENV_ROOT": str(tmp_path), "PYENV_VERSION": "3.12.1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["3.12.1:3.10.14:3.13.0"]
 
 
 def test_noxfile_has_the_sessions(baked: Path) -> None:
@@ -356,8 +367,4 @@ def test_root_ruff_leaves_the_jinja_project_alone() -> None:
 
 def test_workflow_passes_actionlint_and_zizmor(baked: Path) -> None:
     """The generated CI workflow (and dependabot config), checked offline."""
-    workflow = baked / ".github" / "workflows" / "ci.yml"
-    actionlint = run([tool("actionlint"), "-no-color", workflow], cwd=baked)
-    assert actionlint.returncode == 0, actionlint.stdout + actionlint.stderr
-    zizmor = run([tool("zizmor"), "--offline", "--no-progress", baked / ".github"], cwd=baked)
-    assert zizmor.returncode == 0, zizmor.stdout + zizmor.stderr
+    gates.workflows(baked)

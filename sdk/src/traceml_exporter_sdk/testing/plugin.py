@@ -1,7 +1,8 @@
 """The pytest plugin of the conformance suite (entry point ``pytest11: traceml_exporter``).
 
 Installed with the SDK it is active in every pytest run, so it stays cheap: it
-adds two options and a terminal summary line, and imports the suite only when
+adds two options, a terminal summary line and a root-cause section (both only when
+there is something to show), and imports the suite only when
 ``--traceml-exporter`` is given::
 
     pytest --traceml-exporter my_pkg.exporter:make_exporter
@@ -16,7 +17,9 @@ names a ``read_back(context)`` function that turns the data-fidelity checks on
 
 from __future__ import annotations
 
+import re
 import types
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ from .keys import (
 __all__ = ["ENTRY_POINT_NAME", "THROUGHPUT_PROPERTY"]
 
 _SUITE_MODULE = "traceml_exporter_conformance"
+_ROOT_CAUSES = "traceml_exporter_root_causes"
 
 
 def pytest_plugin_registered(plugin: object, plugin_name: str, manager: Any) -> None:
@@ -80,6 +84,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin(_ROOT_CAUSES):
+        config.pluginmanager.register(_RootCauses(), _ROOT_CAUSES)
     spec = config.getoption(EXPORTER_OPTION)
     if not spec:
         if config.getoption(READ_BACK_OPTION):
@@ -144,3 +150,50 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("TraceML exporter throughput")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+_CONFORMANCE_ID = re.compile(r"^(?P<owner>.+)::test_[a-z_]+\[[a-z_0-9]+\]$")
+
+
+class _RootCauses:
+    """Prints the root cause of a cascade of failed checks before pytest reports them.
+
+    A plugin object of its own: its hook wraps pytest's terminal summary (so it
+    comes first), while the throughput lines stay a plain hook of this module.
+    pytest's FAILURES section and short summary follow unchanged, for CI logs.
+    """
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
+        lines = _root_cause_lines(terminalreporter.stats)
+        if lines:
+            terminalreporter.section("TraceML exporter: root cause", sep="=", red=True, bold=True)
+            for line in lines:
+                terminalreporter.write_line(line)
+        return (yield)
+
+
+def _root_cause_lines(stats: dict[str, list[Any]]) -> list[str]:
+    """For each conformance class with a cascade: its cause, the checks it explains, the rest."""
+    by_owner: dict[str, list[Any]] = {}
+    for key in ("failed", "error"):
+        for report in stats.get(key, []):
+            match = _CONFORMANCE_ID.match(getattr(report, "nodeid", ""))
+            if match is not None and report.failed:
+                by_owner.setdefault(match["owner"], []).append(report)
+    if not any(len(reports) > 1 for reports in by_owner.values()):
+        return []
+    from ._causes import check_name, report_message, root_cause
+
+    lines = []
+    for owner, reports in by_owner.items():
+        cause = root_cause([(r.nodeid, report_message(r)) for r in reports])
+        if cause is None:
+            continue
+        explained = set(cause.explained)
+        lines.append(cause.line)
+        lines.append(f"  in {owner}: {', '.join(map(check_name, cause.explained))}")
+        rest = [check_name(r.nodeid) for r in reports if r.nodeid not in explained]
+        if rest:
+            lines.append(f"  failed for other reasons: {', '.join(rest)}")
+    return lines

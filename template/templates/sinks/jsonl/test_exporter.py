@@ -5,18 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from exporter_calls import run, written
-from sink_support import read_export
-from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker
-from traceml_exporter_sdk.testing import as_foreign, expected_by_stream
-from traceml_exporter_sdk.testing.strategies import record_batches
+from traceml_exporter_sdk import ExporterContext, ExportRecord
+from traceml_exporter_sdk.testing import expected_by_stream
 
 from {{ cookiecutter.package_name }}.exporter import (
     SUMMARY_FILE,

@@ -7,27 +7,20 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from exporter_calls import run, written
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from traceml_exporter_sdk import (
     ExporterContext,
     ExportRecord,
-    ExportWorker,
     StdoutStderrRecord,
     StepMemoryRecord,
     StepTimeRecord,
 )
 from traceml_exporter_sdk.testing import as_foreign, expected_by_stream
-from traceml_exporter_sdk.testing.strategies import record_batches
 
 from {{ cookiecutter.package_name }}._parquet_arrow import FIELD_TYPES, dictionary_columns
 from {{ cookiecutter.package_name }}._parquet_events import EVENTS_TYPE
@@ -37,7 +30,6 @@ from {{ cookiecutter.package_name }}.exporter import (
     SUMMARY_FILE,
     {{ cookiecutter.exporter_class }},
     make_exporter,
-    read_export,
 )
 
 ByStream = dict[str, list[dict[str, Any]]]

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import tempfile
 from contextlib import closing
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from exporter_calls import run, written
 from sink_support import read_export
-from traceml_exporter_sdk import ExporterContext, ExportRecord, ExportWorker, StdoutStderrRecord
-from traceml_exporter_sdk.testing import as_foreign, expected_by_stream
-from traceml_exporter_sdk.testing.strategies import record_batches
+from traceml_exporter_sdk import ExporterContext, ExportRecord, StdoutStderrRecord
+from traceml_exporter_sdk.testing import expected_by_stream
 
 from {{ cookiecutter.package_name }}.exporter import (
     DATABASE_FILE,

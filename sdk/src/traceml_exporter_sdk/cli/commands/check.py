@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from ..errors import CliError, error_line
 from ..exit_codes import EXIT_DEPENDENCY, EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from ..inputs import check_spec
+from ..origin import install_hint
 from ..parser import add_command
 
 __all__ = ["add_parser", "cmd_check"]
@@ -57,11 +58,12 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
         importlib.import_module("pytest")
     except ImportError:
         raise CliError(
-            "check needs pytest; install it with pip install 'traceml-exporter-sdk[testing]'",
+            f"check needs pytest; install it with {install_hint('new,testing')}",
             EXIT_DEPENDENCY,
         ) from None
     import subprocess
 
+    _require_importable(spec)
     with tempfile.TemporaryDirectory(prefix="traceml-check-") as tmp:
         report_path = Path(tmp) / "report.xml"
         command = [
@@ -97,8 +99,48 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 PYTEST_USAGE_ERROR = 4
 
+NO_READ_BACK_HERE = (
+    "no read-back: pass --read-back MODULE:FUNCTION, a function of the context that returns "
+    "{STREAM: [record dicts]}, to turn the data-fidelity checks on; ready ones: "
+    "traceml_exporter_sdk.testing:read_jsonl (JSON Lines files in export_dir) and a generated "
+    "project's sink_support:read_export (with its tests folder on PYTHONPATH)"
+)
+"""What ``check`` says instead of the suite's "implement read_back(self, context)"."""
+
+_IMPORT = "import importlib, sys; importlib.import_module(sys.argv[1])"
+
+
+def _require_importable(spec: str) -> None:
+    """One line when SPEC's module does not import, rather than every check failing on it.
+
+    The module is imported in a fresh interpreter started as pytest's is (same
+    working directory and environment), so nothing of it runs in this process.
+    """
+    import subprocess
+
+    module, colon, _ = spec.partition(":")
+    if not colon:
+        return  # a built-in name such as jsonl
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT, module],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        said = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        raise CliError(
+            f"{spec}: module {module!r} does not import "
+            f"({said[-1] if said else f'exit {proc.returncode}'}); install its package or put "
+            "the folder that holds it on PYTHONPATH",
+            EXIT_INPUT,
+        )
+
+
 CheckCase = tuple[str, str, str]
-"""``(check id, outcome, message)``; outcome is passed, failed, skipped or xfailed."""
+"""``(check id, outcome, message)``; outcome is passed, failed, skipped or xfailed; the
+message as the report has it (``_clean_message`` makes the line shown)."""
 
 _THROUGHPUT = "traceml_exporter_records_per_second"
 _FLOOR = "traceml_exporter_throughput_floor"
@@ -106,6 +148,8 @@ _FLOOR = "traceml_exporter_throughput_floor"
 
 def _junit_report(path: Path) -> tuple[list[CheckCase], str | None]:
     """The checks of a JUnit XML report, and the throughput figure if one was recorded."""
+    from ...testing.environment import failure_hint  # imports pytest, known to be there
+
     cases: list[CheckCase] = []
     throughput: str | None = None
     root = ET.parse(path).getroot()  # noqa: S314 - pytest's own report, written just now
@@ -114,7 +158,11 @@ def _junit_report(path: Path) -> tuple[list[CheckCase], str | None]:
         for child in case:
             if child.tag in ("failure", "error"):
                 outcome = "failed"
-                message = child.get("message") or (child.text or "").strip()
+                text = (child.text or "").strip()
+                message = child.get("message") or text
+                hint = failure_hint(text).strip()
+                if hint and hint in text and hint not in message:
+                    message += "\n" + hint  # the suite's hint, which the message attribute lacks
                 break
             if child.tag == "skipped":
                 outcome = "xfailed" if "xfail" in child.get("type", "") else "skipped"
@@ -126,11 +174,23 @@ def _junit_report(path: Path) -> tuple[list[CheckCase], str | None]:
                     if props.get(_FLOOR):
                         figure += f" (floor {float(props[_FLOOR] or 0):,.0f})"
                     throughput = figure
-        cases.append((case.get("name", "?"), outcome, _clean_message(message)))
+        cases.append((case.get("name", "?"), outcome, message))
     return cases, throughput
 
 
 def _clean_message(message: str) -> str:
+    """The message's first line, with the suite's hint on what to do when it gave one."""
+    from ...testing.environment import failure_hint
+
+    hint = failure_hint(message).strip()
+    first = _first_line(message)
+    if not hint or hint not in message:
+        return first
+    first = first if len(first) <= 280 else first[:277] + "..."
+    return first.rstrip(".") + "; " + " ".join(hint.split(":", 1)[0].split())
+
+
+def _first_line(message: str) -> str:
     first = message.strip().split("\n", 1)[0]
     for prefix in ('failed on setup with "', 'failed on teardown with "'):
         if first.startswith(prefix) and first.endswith('"'):
@@ -162,15 +222,26 @@ def _check_summary(
     code: int,
     out: TextIO,
 ) -> int:
+    from ...testing._causes import root_cause
+    from ...testing.environment import NO_READ_BACK
+
+    cause = root_cause(
+        [(check_id, message) for check_id, outcome, message in cases if outcome == "failed"]
+    )
+    explained = set(cause.explained) if cause is not None else set()
     counts = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0}
     groups: dict[tuple[str, str], list[str]] = {}
     for check_id, outcome, message in cases:
         counts[outcome] = counts.get(outcome, 0) + 1
-        if outcome != "passed":
-            groups.setdefault((outcome, message), []).append(check_id)
+        if outcome != "passed" and check_id not in explained:
+            groups.setdefault((outcome, _clean_message(message)), []).append(check_id)
     lines = [f"conformance suite for {spec}"]
+    if cause is not None:
+        lines.append(f"  CAUSE    {cause.line}")
+        lines.append(f"           explains {_names(cause.explained)}")
     order = {"failed": 0, "xfailed": 1, "skipped": 2}
     for (outcome, message), ids in sorted(groups.items(), key=lambda g: order[g[0][0]]):
+        message = NO_READ_BACK_HERE if message == NO_READ_BACK else message
         tag = {"failed": "FAILED", "xfailed": "xfail", "skipped": "skipped"}[outcome]
         lines.append(f"  {tag:<8} {_names(ids)}: {message or 'no reason given'}")
     if throughput is not None:
@@ -180,8 +251,9 @@ def _check_summary(
     out.write("\n".join(lines) + "\n")
     out.flush()
     if counts["failed"]:
+        because = f", {len(explained)} from one cause" if explained else ""
         error_line(
-            f"{counts['failed']} of {len(cases)} conformance checks failed for {spec} "
+            f"{counts['failed']} of {len(cases)} conformance checks failed for {spec}{because} "
             "(--verbose shows pytest's report)"
         )
         return EXIT_FAILED

@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import logging
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -20,6 +21,7 @@ from typing import Any, TextIO
 
 from ..errors import CliError, one_line
 from ..exit_codes import EXIT_DEPENDENCY, EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from ..origin import DISTRIBUTION, install_hint, local_source
 from ..parser import add_command
 
 __all__ = ["add_parser", "cmd_new", "template_dir"]
@@ -89,7 +91,7 @@ def cmd_new(args: argparse.Namespace, out: TextIO) -> int:
         exceptions = importlib.import_module("cookiecutter.exceptions")
     except ImportError:
         raise CliError(
-            "new needs cookiecutter; install it with pip install 'traceml-exporter-sdk[new]'",
+            f"new needs cookiecutter; install it with {install_hint('new,testing')}",
             EXIT_DEPENDENCY,
         ) from None
     logging.getLogger("cookiecutter").setLevel(logging.CRITICAL)
@@ -137,7 +139,26 @@ def cmd_new(args: argparse.Namespace, out: TextIO) -> int:
     if said:
         sys.stderr.write(said)
     out.write(f"created {project}\n")
+    out.write(next_steps(Path(project)))
     return EXIT_OK
+
+
+def next_steps(project: Path) -> str:
+    """What to run next: install it with the SDK's suite, check it, run its nox."""
+    source = local_source()
+    packages = sorted(p.name for p in (project / "src").glob("*") if (p / "__init__.py").is_file())
+    spec = (
+        f"{packages[0]}.exporter:make_exporter" if packages else "<package>.exporter:make_exporter"
+    )
+    sdk = f"'{source}[testing]'" if source is not None else f"'{DISTRIBUTION}[testing]'"
+    nox = f"TRACEML_EXPORTER_SDK={shlex.quote(str(source))} nox" if source is not None else "nox"
+    return (
+        "next steps:\n"
+        f"  cd {shlex.quote(str(project))}\n"
+        f"  pip install -e . {sdk}   # the package and the SDK's conformance suite\n"
+        f"  traceml-exporter check {spec}\n"
+        f"  {nox}   # its tests on every Python, lint and type checks\n"
+    )
 
 
 class _Made:
