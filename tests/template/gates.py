@@ -174,9 +174,7 @@ def pytest_run(
     declared = [
         t for t in outcomes.get("SKIPPED", []) if skip_reason is not None and skip_reason in t
     ]
-    _require(
-        len(declared) == skips, f"{skips} checks must skip by name, got {declared}", output
-    )
+    _require(len(declared) == skips, f"{skips} checks must skip by name, got {declared}", output)
     rest = [t for t in outcomes.pop("SKIPPED", []) if t not in declared]
     if rest:
         outcomes["SKIPPED"] = rest
