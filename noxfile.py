@@ -69,7 +69,26 @@ def tests(session: nox.Session) -> None:
     _install_sdk(session, "test")
     session.install("--no-deps", TRACEML_ORACLE)
     args = session.posargs or ["-n", "auto"]
-    session.run("pytest", "tests", "--ignore=tests/template", *args)
+    session.run("pytest", "tests", "--ignore=tests/template", "--ignore=tests/traceml_real", *args)
+
+
+TORCH_CPU = "torch==2.13.0"
+"""The CPU wheel the real TraceML runs on (pip finds it in the local find-links)."""
+
+
+@nox.session(python=MAIN_PYTHON, venv_backend="virtualenv")
+def traceml_real(session: nox.Session) -> None:
+    """``follow`` and ``replay --sqlite`` against real ``traceml run`` jobs of traceml-ai 0.5.0.
+
+    pip, not uv: uv does not look in the local find-links that hold the CPU torch
+    wheel and would download CUDA's. torch goes first so traceml-ai's own
+    requirement is already met by it. A failed install or run fails the session.
+    """
+    session.install(TORCH_CPU)
+    session.install(TRACEML_ORACLE)
+    session.install("-e", f"{SDK}[testing,msgpack]")
+    # One pytest process: the module runs its real runs a few at once itself.
+    session.run("pytest", "tests/traceml_real", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session(python=MAIN_PYTHON)
