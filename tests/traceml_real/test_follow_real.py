@@ -138,9 +138,9 @@ def scenario_killed_run(tmp: Path) -> Outcome:
     follow = Follow(run.root).start()
     try:
         wait_for(
-            lambda: (bookmark(run.root) or {}).get("last_id", {}).get("system_samples"),
+            lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"),
             120,
-            "system rows exported",
+            "step rows exported (training under way)",
         )
         assert run.process is not None
         killed = kill_tree(run.process.pid)
@@ -177,18 +177,43 @@ SCENARIOS: dict[str, Callable[[Path], Outcome]] = {
 }
 
 
+NEEDS = {
+    "test_every_row_reaches_the_exporter_once_and_traceml_is_undisturbed": ("clean", "baseline"),
+    "test_killed_follower_restarted_loses_nothing_and_repeats_only_after_its_bookmark": (
+        "kill_restart",
+    ),
+    "test_an_exporter_failing_mid_run_exits_4_with_its_warning_and_traceml_goes_on": (
+        "failing_exporter",
+    ),
+    "test_a_killed_run_ends_the_follow_by_itself_as_not_finished": ("killed_run",),
+    "test_rows_pruned_before_they_were_read_are_counted": ("retention",),
+    "test_a_bookmark_of_another_run_in_the_folder_is_refused_in_one_line": ("clean", "baseline"),
+    "test_records_backfilled_from_the_database_equal_the_mapper_on_the_captured_payloads": (
+        "baseline",
+    ),
+}
+"""The scenarios each test asserts on: only those of the selected tests run."""
+
+
 @pytest.fixture(scope="module")
-def scenarios(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[Outcome]]]:
+def scenarios(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[Outcome]]]:
     traceml_binary()  # fails every test at once when TraceML is not installed
+    selected = {item.originalname for item in request.session.items}  # type: ignore[attr-defined]
+    wanted = {name for test in selected & NEEDS.keys() for name in NEEDS[test]}
     pool = ThreadPoolExecutor(AT_ONCE, thread_name_prefix="scenario")
     futures = {
-        name: pool.submit(make, tmp_path_factory.mktemp(name)) for name, make in SCENARIOS.items()
+        name: pool.submit(make, tmp_path_factory.mktemp(name))
+        for name, make in SCENARIOS.items()
+        if name in wanted
     }
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
 
 
 def outcome(scenarios: dict[str, Future[Outcome]], name: str) -> Outcome:
+    assert name in scenarios, f"scenario {name!r} was not started: list it in NEEDS"
     return scenarios[name].result(timeout=600)
 
 
@@ -271,6 +296,7 @@ def test_a_killed_run_ends_the_follow_by_itself_as_not_finished(
 ) -> None:
     killed = outcome(scenarios, "killed_run")
     (follow,) = killed.follows
+    assert killed.extra["follow_end_s"] < 30, "it should end by itself soon after the kill"
     assert follow.returncode == EXIT_INCOMPLETE, follow.report()
     assert "NOT FINISHED: the aggregator is gone" in follow.out, follow.report()
     assert "the export is incomplete" in follow.err, follow.report()
