@@ -72,7 +72,30 @@ def tests(session: nox.Session) -> None:
     args = session.posargs or ["-n", "auto"]
     # tests/peers' postgres tests fail instead of skipping when no server can be had.
     env = {"TRACEML_EXPORTER_REQUIRE_POSTGRES": "1"}
-    session.run("pytest", "tests", "--ignore=tests/template", *args, env=env)
+    ignore = ["--ignore=tests/template", "--ignore=tests/traceml_real"]
+    session.run("pytest", "tests", *ignore, *args, env=env)
+
+
+TORCH_CPU = "torch==2.13.0"
+"""The CPU wheel the real TraceML runs on (pip finds it in the local find-links)."""
+
+
+@nox.session(python=MAIN_PYTHON, venv_backend="virtualenv")
+def traceml_real(session: nox.Session) -> None:
+    """``follow`` and the ``replay --sqlite`` reader against real ``traceml run`` jobs (0.5.0).
+
+    pip, not uv: uv does not look in the local find-links that hold the CPU torch
+    wheel and would download CUDA's. torch goes first so traceml-ai's own
+    requirement is already met by it. A failed install or run fails the session.
+    Where no CPU wheel is at hand, PyPI's torch brings CUDA's libraries (gigabytes):
+    TORCH_INDEX_URL (e.g. PyTorch's CPU index) is then passed to pip as --index-url.
+    """
+    index = os.environ.get("TORCH_INDEX_URL")
+    session.install(TORCH_CPU, *(["--index-url", index] if index else []))
+    session.install(TRACEML_ORACLE)
+    session.install("-e", f"{SDK}[testing,msgpack]")
+    # One pytest process: the module runs its real runs a few at once itself.
+    session.run("pytest", "tests/traceml_real", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session(python=MAIN_PYTHON)

@@ -2,7 +2,7 @@
 
 The follower runs as its own process, as a user runs it beside ``traceml run``, so
 it can be killed with SIGKILL and started again; the writer is this test.
-``test_follow_traceml.py`` runs the same scenarios against the real TraceML.
+``tests/traceml_real/test_follow_real.py`` runs the same scenarios against the real TraceML.
 """
 
 from __future__ import annotations

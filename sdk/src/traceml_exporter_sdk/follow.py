@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -63,6 +64,8 @@ QUEUE_LIMIT = 16
 """Batches kept queued in the worker; the follower waits for room, so nothing is dropped."""
 ALIVE_CHECK_S = 2.0
 """Idle seconds before the follower looks whether the aggregator still has the database open."""
+GC_YOUNG_THRESHOLD = 50_000
+"""Allocations between collections of the cyclic GC's youngest generation while following."""
 
 End = Literal[
     "complete", "aggregator-gone", "idle", "exporter-failed", "stalled", "read-error", "interrupted"
@@ -287,6 +290,10 @@ class Follower:
 
     def run(self, source: SqliteSource, resumed: bool) -> FollowResult:
         """Follow until the run ends, the exporter fails, or Ctrl-C; then drain and close."""
+        with fewer_collections():
+            return self._run(source, resumed)
+
+    def _run(self, source: SqliteSource, resumed: bool) -> FollowResult:
         end: End
         try:
             end = self._loop(source)
@@ -451,6 +458,24 @@ class Follower:
             os.replace(tmp, path)
         except OSError as exc:
             self.bookmark_error = f"could not save the bookmark {path}: {exc.strerror or exc}"
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Collect the cyclic GC's youngest generation every ``GC_YOUNG_THRESHOLD`` allocations
+    instead of 700, and restore the thresholds after.
+
+    Each row makes a record and, for step_time, a dozen dicts, and up to ``QUEUE_LIMIT``
+    pages of them wait in the worker's queue: at the default threshold the collector
+    scans them again and again, about a third of the follower's CPU time. Rows and
+    records hold no reference cycles, so nothing waits longer to be freed.
+    """
+    old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def record_follow(result: FollowResult, folder: RunFolder, block: dict[str, Any]) -> None:
