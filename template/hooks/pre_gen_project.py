@@ -55,7 +55,7 @@ TEMPLATE_NAMES = frozenset(
         "Iterable", "JSON_TYPE", "Mapping", "NS", "PYPROJECT", "PYTHONS", "Path", "Protocol",
         "ROOT", "ROW_ID", "RUNS_TABLE", "Requirement", "SDK", "SDK_NAME", "SUMMARY_FILE",
         "Sequence", "Iterator", "Final", "Literal", "TypeAlias", "Self",
-        "HOSTILE_TEXT", "HealthCheck", "LINT_PATHS",
+        "HOSTILE_TEXT", "HealthCheck", "LINT_PATHS", "releasing", "contextmanager",
         # the postgres sink's exporter, schema module and tests
         "APPLICATION_NAME", "Buffer", "CONNECT_TIMEOUT_S", "CONNINFO_ENV", "CommitAnswerDropper",
         "DEFAULT_SCHEMA", "Database", "FLUSHES_TABLE", "Layout", "PostgresServer",

@@ -30,7 +30,7 @@ from typing import IO, Any
 
 import orjson
 
-from ._contract import ExporterContext, ExportRecord
+from ._contract import ExporterContext, ExportRecord, releasing
 
 __all__ = ["SUMMARY_FILE", "{{ cookiecutter.exporter_class }}", "encode_line", "make_exporter"]
 
@@ -62,45 +62,33 @@ class {{ cookiecutter.exporter_class }}:
     def open(self) -> None:
         """Create the export folder and open one file per selected stream."""
         self._files = {}
-        try:
+        with releasing(self._release):
             self.export_dir.mkdir(parents=True, exist_ok=True)
             for stream in self.streams:
                 self._file(stream)
-        except BaseException:
-            self._release()
-            raise
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Append each record to its stream's file, in the order given."""
-        try:
+        with releasing(self._release):
             for record in records:
                 data = record.to_dict()
                 if not self.include_hostname:
                     data.pop("hostname", None)
                 self._file(record.STREAM).write(encode_line(data))
                 self._written[record.STREAM] += 1
-        except BaseException:
-            self._release()
-            raise
 
     def flush(self) -> None:
         """Make every line written so far durable: flush and fsync each file."""
-        try:
+        with releasing(self._release):
             self._sync()
-        except BaseException:
-            self._release()
-            raise
 
     def close(self, *, dropped_batches: int = 0) -> None:
         """Flush, fsync and close every file, then write ``SUMMARY_FILE``."""
-        try:
+        with releasing(self._release):
             for handle in self._sync():
                 handle.close()
             summary = {"written_records": self._written, "dropped_batches": dropped_batches}
             _write_atomically(self.export_dir / SUMMARY_FILE, orjson.dumps(summary))
-        except BaseException:
-            self._release()
-            raise
         self._files = None
 
     def _open_files(self) -> dict[str, IO[bytes]]:

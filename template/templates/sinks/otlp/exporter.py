@@ -54,7 +54,7 @@ from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
-from ._contract import ExporterContext, ExportRecord
+from ._contract import ExporterContext, ExportRecord, releasing
 from ._http import RETRYABLE_STATUSES, Answer, HttpError, HttpTransport
 from ._otlp_settings import OtlpSettings, parse_settings, read_environment
 from ._otlp_wire import (
@@ -156,35 +156,26 @@ class {{ cookiecutter.exporter_class }}:
             error=OtlpExportError,
             describe=_collector_message,
         )
-        try:
+        with releasing(self._abort):
             self._post(self._request([]), self._client().until())
-        except BaseException:
-            self._abort()
-            raise
         self._state = "open"
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Encode and buffer; send first when the buffer reaches ``max_buffer_bytes``."""
         self._require("write")
-        try:
+        with releasing(self._abort):
             encoded = self._encoder.encode_many(records)
             self._pending.extend(encoded)
             self._pending_bytes += sum(map(len, encoded))
             self._pending_streams.update(record.STREAM for record in records)
             if self._pending_bytes >= self.max_buffer_bytes:
                 self._deliver()
-        except BaseException:
-            self._abort()
-            raise
 
     def flush(self) -> None:
         """Send everything buffered; return once the collector answered 2xx to all of it."""
         self._require("flush")
-        try:
+        with releasing(self._abort):
             self._deliver()
-        except BaseException:
-            self._abort()
-            raise
 
     def close(self, *, dropped_batches: int = 0) -> None:
         """Send what is left, add a line to ``otlp_export.jsonl`` and close the client.
@@ -193,12 +184,9 @@ class {{ cookiecutter.exporter_class }}:
         goes into that line.
         """
         self._require("close")
-        try:
+        with releasing(self._abort):
             self._deliver()
             self._write_receipt(dropped_batches)
-        except BaseException:
-            self._abort()
-            raise
         self._abort()
         self._state = "closed"
 

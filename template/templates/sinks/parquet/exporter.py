@@ -54,7 +54,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ._contract import ExporterContext, ExportRecord
+from ._contract import ExporterContext, ExportRecord, releasing
 from ._parquet_arrow import stream_schema, to_arrow
 from ._parquet_layout import CLOSE_GRACE_S, ExportDirLock, SinkError, StreamFolder
 from ._parquet_read import read_export
@@ -147,11 +147,8 @@ class {{ cookiecutter.exporter_class }}:
             raise
         except OSError as error:
             raise SinkError(f"{self.export_dir}: {type(error).__name__}: {error}") from error
-        try:
+        with releasing(self._lock.release):
             self._clear_leftovers()
-        except BaseException:
-            self._lock.release()
-            raise
         self._state = "open"
 
     def _clear_leftovers(self) -> None:
@@ -168,27 +165,21 @@ class {{ cookiecutter.exporter_class }}:
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Buffer the batch per stream; a stream past ``backlog_bytes`` is written out."""
         self._check("write")
-        try:
+        with releasing(self._abort):
             self._buffer(records)
             for buffer in self._streams.values():
                 if len(buffer.rows) >= STAGE_ROWS:
                     self._stage(buffer)
                 if buffer.batch_bytes >= self.backlog_bytes:
                     self._write_part(buffer)
-        except BaseException:
-            self._abort()
-            raise
 
     def flush(self) -> None:
         """Write each stream's buffered records as one new part; compact past ``part_limit``."""
         self._check("flush")
-        try:
+        with releasing(self._abort):
             for buffer in self._streams.values():
                 self._write_part(buffer)
                 buffer.folder.compact(self.part_limit, buffer.schema)
-        except BaseException:
-            self._abort()
-            raise
 
     def close(self, *, dropped_batches: int = 0) -> None:
         """Write what is buffered, compact every stream, write ``export_summary.json``.
@@ -197,15 +188,12 @@ class {{ cookiecutter.exporter_class }}:
         never handed to ``write``: one count for the whole worker.
         """
         self._check("close")
-        try:
+        with releasing(self._abort):
             for buffer in self._streams.values():
                 self._write_part(buffer)
                 buffer.folder.compact(None, buffer.schema)
             self._write_summary(dropped_batches)
             self._remove_replaced_generations()
-        except BaseException:
-            self._abort()
-            raise
         self._streams.clear()
         self._classes.clear()
         self._lock.release()

@@ -49,7 +49,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from ._contract import ExporterContext, ExportRecord
+from ._contract import ExporterContext, ExportRecord, releasing
 from ._postgres_connection import MIN_CONNECT_S, BoundedConnection, Timeouts, backoff, connect
 from ._postgres_schema import (
     STREAM_COLUMNS,
@@ -171,7 +171,7 @@ class {{ cookiecutter.exporter_class }}:
         self._state = "failed"  # until the connection is ready
         self.run_id = str(uuid.uuid4())
         conn = self._connect(time.monotonic() + self.timeouts.call_s)
-        try:
+        with releasing(conn.close):
             with conn.transaction(), conn.cursor() as cur:
                 self._lock(cur)
                 self._create_schema(cur)
@@ -190,9 +190,6 @@ class {{ cookiecutter.exporter_class }}:
             }
             with (self.export_dir / RECEIPT_FILE).open("a", encoding="utf-8") as out:
                 out.write(json.dumps(receipt) + "\n")
-        except BaseException:
-            conn.close()
-            raise
         self._tables.update(self._pending)
         self._pending = {}
         self._conn = conn
@@ -201,7 +198,7 @@ class {{ cookiecutter.exporter_class }}:
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Buffer the batch, by stream; nothing is sent until ``flush``."""
         self._connection("write")
-        try:
+        with releasing(self._abort):
             layouts = self._layouts
             rows = self._rows
             for record in records:
@@ -220,20 +217,14 @@ class {{ cookiecutter.exporter_class }}:
                 else:
                     batch.append(record)
             self._buffered += len(records)
-        except BaseException:
-            self._abort()
-            raise
 
     def flush(self) -> None:
         """COPY the buffer in one transaction and commit; then it counts as delivered."""
         conn = self._connection("flush")
         if not self._rows:
             return
-        try:
+        with releasing(self._abort):
             self._deliver(conn, closing=None)
-        except BaseException:
-            self._abort()
-            raise
 
     def close(self, *, dropped_batches: int = 0) -> None:
         """Deliver what is buffered, log the run in ``_export_runs`` and close the connection.
@@ -242,14 +233,11 @@ class {{ cookiecutter.exporter_class }}:
         never handed to ``write``: one count for the whole worker.
         """
         conn = self._connection("close")
-        try:
+        with releasing(self._abort):
             self._deliver(conn, closing=dropped_batches)
             last, self._conn = self._conn, None  # the reconnected one, after a retry
             if last is not None:
                 last.close()
-        except BaseException:
-            self._abort()
-            raise
         self._state = "closed"
 
     # -- delivery ------------------------------------------------------------------------
@@ -395,15 +383,12 @@ class {{ cookiecutter.exporter_class }}:
         register_binary_dumpers(conn)
         statement_ms = int(self.timeouts.statement_s * 1000)
         lock_ms = statement_ms * 4 // 5  # below statement_timeout, which would fire first
-        try:
+        with releasing(conn.close):
             conn.execute(
                 "SELECT set_config('statement_timeout', %s, false), "
                 "set_config('lock_timeout', %s, false)",
                 (str(statement_ms), str(lock_ms)),
             )
-        except BaseException:
-            conn.close()
-            raise
         return conn
 
     def _connection(self, method: str) -> BoundedConnection:

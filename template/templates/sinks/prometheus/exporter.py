@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
 
-from ._contract import ExporterContext, ExportRecord
+from ._contract import ExporterContext, ExportRecord, releasing
 from ._http import Answer, HttpError, HttpTransport
 from ._prometheus_series import FAMILIES, MAX_SERIES, Aggregator, chunks
 from ._prometheus_settings import PrometheusSettings, parse_settings, read_environment
@@ -146,34 +146,25 @@ class {{ cookiecutter.exporter_class }}:
             error=PrometheusWriteError,
             describe=_server_message,
         )
-        try:
+        with releasing(self._abort):
             self._transport.post(compress(b""))
-        except BaseException:
-            self._abort()
-            raise
         self._state = "open"
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Fold the records into their series; nothing is sent before ``flush``."""
         self._require("write")
-        try:
+        with releasing(self._abort):
             self._aggregator().add(records)
             self._pending.update(map(_STREAM, records))
             if records and self._settings().sample_time == "observed":
                 newest = max(getattr(r, "observed_timestamp_unix_ns", 0) for r in records)
                 self._pending_observed_ns = max(self._pending_observed_ns, newest)
-        except BaseException:
-            self._abort()
-            raise
 
     def flush(self) -> None:
         """Send every series; return once the server answered 2xx to all of it."""
         self._require("flush")
-        try:
+        with releasing(self._abort):
             self._deliver()
-        except BaseException:
-            self._abort()
-            raise
 
     def close(self, *, dropped_batches: int = 0) -> None:
         """Send what is new, add a line to ``prometheus_export.jsonl`` and close the client.
@@ -182,12 +173,9 @@ class {{ cookiecutter.exporter_class }}:
         goes into that line.
         """
         self._require("close")
-        try:
+        with releasing(self._abort):
             self._deliver()
             self._write_receipt(dropped_batches)
-        except BaseException:
-            self._abort()
-            raise
         self._abort()
         self._state = "closed"
 

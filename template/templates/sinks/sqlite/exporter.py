@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._contract import ExporterContext, ExportRecord
+from ._contract import ExporterContext, ExportRecord, releasing
 
 __all__ = [
     "DATABASE_FILE",
@@ -109,20 +109,17 @@ class {{ cookiecutter.exporter_class }}:
         self.database.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: no implicit transactions; BEGIN and COMMIT are explicit.
         self._conn = sqlite3.connect(self.database, isolation_level=None)
-        try:
+        with releasing(self._release):
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {quote(RUNS_TABLE)} "
                 "(closed_unix_ns INTEGER, dropped_batches INTEGER, written_records TEXT)"
             )
-        except BaseException:
-            self._release()
-            raise
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Insert the batch into the open transaction (begun here if none is open)."""
-        try:
+        with releasing(self._release):
             conn = self._connection()
             if not conn.in_transaction:
                 conn.execute("BEGIN")
@@ -137,23 +134,17 @@ class {{ cookiecutter.exporter_class }}:
             for stream, batch in rows.items():
                 conn.executemany(self._tables[stream].insert, batch)
                 self._written[stream] = self._written.get(stream, 0) + len(batch)
-        except BaseException:
-            self._release()
-            raise
 
     def flush(self) -> None:
         """Commit everything written so far (durably: ``synchronous=FULL``)."""
-        try:
+        with releasing(self._release):
             conn = self._connection()
             if conn.in_transaction:
                 conn.execute("COMMIT")
-        except BaseException:
-            self._release()
-            raise
 
     def close(self, *, dropped_batches: int = 0) -> None:
         """Commit, log this run in ``RUNS_TABLE`` and close the connection."""
-        try:
+        with releasing(self._release):
             conn = self._connection()
             if not conn.in_transaction:
                 conn.execute("BEGIN")
@@ -163,9 +154,6 @@ class {{ cookiecutter.exporter_class }}:
             )
             conn.execute("COMMIT")
             conn.close()
-        except BaseException:
-            self._release()
-            raise
         self._conn = None
 
     def _connection(self) -> sqlite3.Connection:

@@ -27,11 +27,12 @@ imports neither: it relies only on the attributes below, whatever the class.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-__all__ = ["ExportRecord", "ExporterContext"]
+__all__ = ["ExportRecord", "ExporterContext", "releasing"]
 
 
 class ExporterContext(Protocol):
@@ -62,3 +63,17 @@ class ExportRecord(Protocol):
 
     def to_dict(self) -> dict[str, Any]:
         """``stream``, ``schema_version``, then every field in ``COLUMNS`` order."""
+
+
+@contextmanager
+def releasing(release: Callable[[], object]) -> Iterator[None]:
+    """Rule 6 for one method's body: on any failure, ``release()`` first, then re-raise.
+
+    TraceML calls nothing more after a method raises, not even ``close()``, so the
+    failing method itself must let go of files, connections and clients.
+    """
+    try:
+        yield
+    except BaseException:
+        release()
+        raise
