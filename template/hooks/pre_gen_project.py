@@ -41,6 +41,7 @@ DEPENDENCY_MODULES = frozenset(
         # the sinks' own libraries
         "psycopg", "psycopg_pool", "psycopg_binary", "pyarrow", "duckdb", "opentelemetry",
         "google", "grpc", "httpx", "requests", "urllib3", "certifi", "polars",
+        "google_crc32c", "tensorboard",
         # folder names a project has, where a package of that name would be confused
         "tests", "conftest", "src", "sink_support", "exporter_calls",
     }
@@ -85,6 +86,11 @@ TEMPLATE_NAMES = frozenset(
         "Fault", "FieldDescriptor", "HTTPConnection", "HTTPSConnection", "LOGS_PATH", "MAX_BUFFER_BYTES", "MAX_REQUEST_BYTES", "OtlpExportError", "OtlpReceiver",
         "OtlpSettings", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
         "TIMESTAMPS", "VALUES", "KEY_ESCAPE",
+        # the tensorboard sink's modules and tests
+        "BUFFER_BYTES", "EVENT_MEASURES", "FILE_VERSION", "GPU_FIELDS", "KEEP_ALL", "LOGDIR_ENV",
+        "MEASURES", "MEMORY_FIELDS", "RECORD_PLUGIN", "RECORD_TAG", "SAMPLES", "SHOW_TIMEOUT_S",
+        "SNAPSHOT", "SNAPSHOT_FIELDS", "START_TIMEOUT_S", "STEPPED_STREAMS", "STEPS",
+        "ScalarValues", "StringTensors", "TAG", "TensorBoard",
     }
 )  # fmt: skip
 """Names an exporter class may not take: its module or its tests already bind them."""

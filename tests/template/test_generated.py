@@ -71,6 +71,13 @@ EXTRA_FILES = {
         "tests/test_parquet_crash.py",
         "tests/test_parquet_readers.py",
     ],
+    "tensorboard": [
+        f"src/{DEFAULT_PACKAGE}/_tensorboard_events.py",
+        f"src/{DEFAULT_PACKAGE}/_tensorboard_scalars.py",
+        "tests/tensorboard_crash_driver.py",
+        "tests/test_tensorboard_crash.py",
+        "tests/test_tensorboard_server.py",
+    ],
 }
 """Sink -> the files only it has (conditional file names in the project folder)."""
 
