@@ -107,6 +107,8 @@ def _install_bench(session: nox.Session) -> None:
     session.install("psycopg[binary]>=3.2", "orjson>=3.9", "cookiecutter>=2.5")  # bench_postgres
     session.install(*BENCH_OTLP)
     session.install("pyarrow>=18")  # bench_parquet bakes the parquet sink (cookiecutter: above)
+    # bench_tensorboard: the sink's dependencies, TensorBoard's reader, tensorboardX's writer.
+    session.install("google-crc32c>=1.5", "tensorboard>=2.16", "tensorboardX>=2.6")
 
 
 @nox.session(python=MAIN_PYTHON, default=False)
