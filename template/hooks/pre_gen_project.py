@@ -85,7 +85,9 @@ TEMPLATE_NAMES = frozenset(
         "DeadlineHTTPSConnection", "DecodeError", "Descriptor", "ENDPOINT_VARIABLE", "EVENT_PREFIX",
         "Fault", "FieldDescriptor", "HTTPConnection", "HTTPSConnection", "LOGS_PATH", "MAX_BUFFER_BYTES", "MAX_REQUEST_BYTES", "OtlpExportError", "OtlpReceiver",
         "OtlpSettings", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
-        "TIMESTAMPS", "VALUES", "KEY_ESCAPE",
+        "TIMESTAMPS", "VALUES", "KEY_ESCAPE", "ScriptedPeer",
+        # the HTTP sinks' shared transport (_http.py)
+        "Answer", "Endpoint", "HttpError", "HttpTransport", "REDACTED",
         # the tensorboard sink's modules and tests
         "BUFFER_BYTES", "EVENT_MEASURES", "FILE_VERSION", "GPU_FIELDS", "KEEP_ALL", "LOGDIR_ENV",
         "MEASURES", "MEMORY_FIELDS", "RECORD_PLUGIN", "RECORD_TAG", "SAMPLES", "SHOW_TIMEOUT_S",

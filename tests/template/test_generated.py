@@ -55,7 +55,7 @@ SINK_FILES = {
 EXTRA_FILES = {
     "postgres": [f"src/{DEFAULT_PACKAGE}/_postgres_schema.py"],
     "otlp": [
-        f"src/{DEFAULT_PACKAGE}/_otlp_deadline.py",
+        f"src/{DEFAULT_PACKAGE}/_http.py",
         f"src/{DEFAULT_PACKAGE}/_otlp_settings.py",
         f"src/{DEFAULT_PACKAGE}/_otlp_wire.py",
         "tests/test_otlp_wire.py",

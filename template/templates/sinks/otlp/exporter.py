@@ -22,7 +22,12 @@ Delivery:
   (400, 401, 403, 404, 413, 500, ...), a ``partial_success`` with rejected
   records, an answer that is not an ``ExportLogsServiceResponse``, a TLS error,
   or no answer before the deadline (every socket wait, even on a collector that
-  drips its answer, gets only the time left: ``_otlp_deadline``).
+  drips its answer, gets only the time left). A redirect is not followed: its
+  ``Location`` is in the message. The HTTP client, retries and deadlines are
+  the HTTP sinks' shared transport (``_http``).
+* Credentials in the endpoint URL (``http://user:password@host``) are sent as
+  basic auth. No secret (those credentials, ``OTEL_EXPORTER_OTLP_HEADERS``
+  values) is ever written into a message or the receipt: they are redacted.
 * Delivery is at least once: a retry after a connection lost mid-request may
   repeat records the collector had taken.
 
@@ -36,25 +41,21 @@ a failing method closes the client before it raises.
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import gzip
 import json
-import random
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-import urllib3
 from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 from ._contract import ExporterContext, ExportRecord
-from ._otlp_deadline import DeadlineHTTPConnection, DeadlineHTTPSConnection, deadline
+from ._http import RETRYABLE_STATUSES, Answer, HttpError, HttpTransport
 from ._otlp_settings import OtlpSettings, parse_settings, read_environment
 from ._otlp_wire import (
     EVENT_PREFIX,
@@ -74,7 +75,6 @@ __all__ = [  # noqa: RUF022 - the class name is a template variable, its place v
     "make_exporter",
 ]
 
-RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 MAX_BUFFER_BYTES = 16 * 1024 * 1024
 RECEIPT_FILE = "otlp_export.jsonl"
@@ -83,7 +83,7 @@ SCOPE_NAME = "{{ cookiecutter.package_name }}"
 _CONTENT_TYPE = "application/x-protobuf"
 
 
-class OtlpExportError(RuntimeError):
+class OtlpExportError(HttpError):
     """The collector did not take the records (a permanent answer, or the deadline passed)."""
 
 
@@ -111,17 +111,13 @@ class {{ cookiecutter.exporter_class }}:
         self.backoff_s = backoff_s
         self.settings: OtlpSettings | None = None
         self.instance_id = ""
-        self._pool: urllib3.HTTPConnectionPool | None = None
-        self._path = "/"
-        self._headers: dict[str, str] = {}
+        self._transport: HttpTransport | None = None
         self._encoder = RecordEncoder(include_hostname=include_hostname)
         self._envelope = (b"", b"")
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._pending_streams: Counter[str] = Counter()
         self._delivered: Counter[str] = Counter()
-        self._requests = 0
-        self._random = random.Random()  # noqa: S311 - jitter, not cryptography
         self._state = "new"
 
     # -- the four methods ------------------------------------------------------------
@@ -141,23 +137,27 @@ class {{ cookiecutter.exporter_class }}:
         }
         version = _version()
         self._envelope = (encode_resource(resource), encode_scope(SCOPE_NAME, version))
-        url = urllib3.util.parse_url(settings.endpoint)
-        self._path = url.request_uri
-        self._headers = {
+        protocol = {
             "Content-Type": _CONTENT_TYPE,
             "User-Agent": f"{SCOPE_NAME}/{version or '0'} (urllib3)",
-            **settings.headers,
         }
         if settings.gzip:
-            self._headers["Content-Encoding"] = "gzip"
-        tls = settings.tls if url.scheme == "https" else {}
-        self._pool = urllib3.connection_from_url(
-            settings.endpoint, maxsize=1, block=False, retries=False, **tls
+            protocol["Content-Encoding"] = "gzip"
+        self._transport = HttpTransport(
+            settings.endpoint,
+            peer="the collector",
+            timeout_s=settings.timeout_s,
+            timeout_variable=settings.timeout_variable,
+            headers=protocol,
+            user_headers=settings.headers,
+            headers_variable=settings.headers_variable,
+            backoff_s=self.backoff_s,
+            tls=settings.tls,
+            error=OtlpExportError,
+            describe=_collector_message,
         )
-        https = url.scheme == "https"
-        self._pool.ConnectionCls = DeadlineHTTPSConnection if https else DeadlineHTTPConnection
         try:
-            self._post(self._request([]), time.monotonic() + settings.timeout_s)
+            self._post(self._request([]), self._client().until())
         except BaseException:
             self._abort()
             raise
@@ -207,7 +207,7 @@ class {{ cookiecutter.exporter_class }}:
     def _deliver(self) -> None:
         if not self._pending:
             return
-        until = time.monotonic() + self._settings().timeout_s
+        until = self._client().until()
         for chunk in self._chunks(self._pending):
             self._post(self._request(chunk), until)
         self._delivered.update(self._pending_streams)
@@ -238,63 +238,16 @@ class {{ cookiecutter.exporter_class }}:
         return encode_request(*self._envelope, records) if records else b""
 
     def _post(self, body: bytes, until: float) -> None:
-        """POST one request, retrying what is transient, all before ``until`` (monotonic)."""
-        settings, pool = self._settings(), self._pool
-        if pool is None:
-            raise RuntimeError("the HTTP client is closed")
-        data = gzip.compress(body, compresslevel=1, mtime=0) if settings.gzip else body
-        endpoint = settings.endpoint
-        attempt = 0
-        last = "no attempt was made"
-        while True:
-            remaining = until - time.monotonic()
-            if remaining <= 0:
-                raise OtlpExportError(
-                    f"the collector at {endpoint} did not take the records within the "
-                    f"{settings.timeout_s:g} s deadline (OTEL_EXPORTER_OTLP_TIMEOUT); "
-                    f"last: {last}"
-                )
-            retry_after = 0.0
-            try:
-                with deadline(until):  # every socket wait, not only each one, ends by then
-                    response = pool.urlopen(
-                        "POST",
-                        self._path,
-                        body=data,
-                        headers=self._headers,
-                        retries=False,
-                        redirect=False,
-                        assert_same_host=False,
-                        timeout=urllib3.Timeout(connect=remaining, read=remaining),
-                    )
-            except urllib3.exceptions.SSLError as exc:
-                raise OtlpExportError(f"TLS with {endpoint} failed: {exc}") from exc
-            except urllib3.exceptions.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                self._requests += 1
-                status = response.status
-                if 200 <= status < 300:
-                    _check_success(endpoint, response.data)
-                    return
-                message = _collector_message(response)
-                last = f"{status} {response.reason or ''}: {message}".strip()
-                if status not in RETRYABLE_STATUSES:
-                    raise OtlpExportError(f"the collector at {endpoint} answered {last}")
-                retry_after = _retry_after(response.headers.get("Retry-After"))
-            wait = max(self._backoff(attempt), retry_after)
-            if time.monotonic() + wait > until:
-                raise OtlpExportError(
-                    f"the collector at {endpoint} did not take the records: {last}; retrying "
-                    f"in {wait:.2f} s would pass the {settings.timeout_s:g} s deadline "
-                    "(OTEL_EXPORTER_OTLP_TIMEOUT)"
-                )
-            time.sleep(wait)
-            attempt += 1
+        """POST one request (retried by the transport until ``until``); check its answer."""
+        transport = self._client()
+        data = gzip.compress(body, compresslevel=1, mtime=0) if self._settings().gzip else body
+        answer = transport.post(data, until=until)
+        _check_success(transport, answer.body)
 
-    def _backoff(self, attempt: int) -> float:
-        first, cap = self.backoff_s
-        return min(cap, first * 2.0**attempt) * self._random.uniform(0.5, 1.5)
+    def _client(self) -> HttpTransport:
+        if self._transport is None:
+            raise RuntimeError("the HTTP client is closed")
+        return self._transport
 
     # -- state -----------------------------------------------------------------------
 
@@ -308,9 +261,9 @@ class {{ cookiecutter.exporter_class }}:
         self._state = "failed"
         self._pending = []
         self._pending_bytes = 0
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()
 
     def _settings(self) -> OtlpSettings:
         if self.settings is None:
@@ -320,10 +273,10 @@ class {{ cookiecutter.exporter_class }}:
     def _write_receipt(self, dropped_batches: int) -> None:
         line = {
             "closed_unix_ns": time.time_ns(),
-            "endpoint": self._settings().endpoint,
+            "endpoint": self._settings().endpoint.url,
             "service_instance_id": self.instance_id,
             "delivered_records": dict(self._delivered),
-            "requests": self._requests,
+            "requests": self._client().requests,
             "dropped_batches": dropped_batches,
         }
         self.export_dir.mkdir(parents=True, exist_ok=True)
@@ -337,47 +290,71 @@ def _version() -> str:
     return ""
 
 
-def _check_success(endpoint: str, body: bytes) -> None:
+def _check_success(transport: HttpTransport, body: bytes) -> None:
     """A 2xx must carry an ExportLogsServiceResponse with nothing rejected."""
+    endpoint = transport.endpoint.url
     try:
         answer = logs_service_pb2.ExportLogsServiceResponse.FromString(body)
     except DecodeError as exc:
         raise OtlpExportError(
-            f"the collector at {endpoint} answered 2xx with a body that is not an "
-            f"ExportLogsServiceResponse ({exc}): {body[:200]!r}"
+            transport.redact(
+                f"the collector at {endpoint} answered 2xx with a body that is not an "
+                f"ExportLogsServiceResponse ({exc}): {body[:200]!r}"
+            )
         ) from None
     rejected = answer.partial_success.rejected_log_records
     if rejected:
         raise OtlpExportError(
-            f"the collector at {endpoint} rejected {rejected} log record(s) "
-            f"(partial_success): {answer.partial_success.error_message}"
+            transport.redact(
+                f"the collector at {endpoint} rejected {rejected} log record(s) "
+                f"(partial_success): {answer.partial_success.error_message}"
+            )
         )
 
 
-def _collector_message(response: urllib3.BaseHTTPResponse) -> str:
-    """The message of an error answer: a google.rpc.Status, else the body as text."""
-    body = response.data or b""
-    if (response.headers.get("Content-Type") or "").startswith(_CONTENT_TYPE):
+def _collector_message(answer: Answer) -> str:
+    """The message of an error answer, read as OTLP/HTTP allows: a ``google.rpc.Status`` or
+    an ``ExportLogsServiceResponse`` with ``partial_success`` (protobuf or JSON), else text."""
+    body = answer.body
+    kind = (answer.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        with contextlib.suppress(ValueError, AttributeError):
+            return _json_message(json.loads(body))
+    elif kind.endswith("protobuf") or not _is_text(body):
         with contextlib.suppress(DecodeError):
-            return str(status_pb2.Status.FromString(body).message)
-    return body.decode("utf-8", "replace").strip()[:500]
+            status = status_pb2.Status.FromString(body)
+            if status.message:
+                return str(status.message)
+        with contextlib.suppress(DecodeError):
+            partial = logs_service_pb2.ExportLogsServiceResponse.FromString(body).partial_success
+            if partial.error_message or partial.rejected_log_records:
+                return _partial_message(partial.error_message, partial.rejected_log_records)
+    text = body.decode("utf-8", "replace").strip()
+    return "".join(c if c.isprintable() else " " for c in text)[:500]
 
 
-def _retry_after(value: str | None) -> float:
-    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date); 0 if none."""
-    if not value:
-        return 0.0
+def _json_message(answer: dict[str, object]) -> str:
+    """``message`` of a JSON Status, or ``partialSuccess`` of a JSON response."""
+    if answer.get("message"):
+        return str(answer["message"])
+    partial = answer.get("partialSuccess") or answer.get("partial_success")
+    if isinstance(partial, dict):
+        message = partial.get("errorMessage") or partial.get("error_message") or ""
+        rejected = partial.get("rejectedLogRecords") or partial.get("rejected_log_records") or 0
+        return _partial_message(str(message), int(rejected))
+    return json.dumps(answer)[:500]
+
+
+def _partial_message(message: str, rejected: int) -> str:
+    return f"{message or '(no error_message)'} (partial_success: {rejected} log record(s) rejected)"
+
+
+def _is_text(body: bytes) -> bool:
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return 0.0
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, float((when - datetime.now(timezone.utc)).total_seconds()))
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(c.isprintable() or c.isspace() for c in text)
 
 
 def make_exporter(context: ExporterContext) -> {{ cookiecutter.exporter_class }}:

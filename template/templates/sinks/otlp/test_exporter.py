@@ -7,22 +7,23 @@ exporter's client.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import socket
 import ssl
-import tempfile
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from exporter_calls import run, written
+from google.rpc import status_pb2
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from sink_support import ENDPOINT_VARIABLE, closed_port_endpoint, read_export
 from traceml_exporter_sdk import (
     ExporterContext,
@@ -31,11 +32,10 @@ from traceml_exporter_sdk import (
     StdoutStderrRecord,
     StepTimeRecord,
 )
-from traceml_exporter_sdk.testing import as_foreign, corpus_records, expected_by_stream
+from traceml_exporter_sdk.testing import corpus_records, expected_by_stream
 from traceml_exporter_sdk.testing.otlp_receiver import Fault, OtlpReceiver
-from traceml_exporter_sdk.testing.strategies import record_batches
 
-from {{ cookiecutter.package_name }}._otlp_deadline import _bind, deadline
+from {{ cookiecutter.package_name }}._http import _bind, deadline
 from {{ cookiecutter.package_name }}.exporter import (
     RECEIPT_FILE,
     {{ cookiecutter.exporter_class }},
@@ -522,3 +522,196 @@ def test_open_against_a_closed_port_fails_within_the_deadline(context: ExporterC
 def _release_tarpits(otlp_peer: OtlpReceiver) -> Iterator[None]:
     yield
     otlp_peer.release()
+
+
+# -- credentials, secrets and messages that keep their cause (issue 20, defects 5 and 6) --
+
+
+class ScriptedPeer:
+    """A misbehaving HTTP server on 127.0.0.1: answers every request with ``answer`` (raw
+    bytes) and keeps each request's raw head, so duplicate headers can be seen."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self.heads: list[bytes] = []
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.getsockname()[1]}/v1/logs"
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, answer: bytes) -> Iterator[ScriptedPeer]:
+        peer = cls(answer)
+        peer._thread.start()
+        try:
+            yield peer
+        finally:
+            peer._stop.set()
+            peer._thread.join(5)
+            peer._server.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = next(
+                    (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                     if line.lower().startswith(b"content-length:")),
+                    0,
+                )  # fmt: skip
+                while len(body) < length:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    body += chunk
+                self.heads.append(head)
+                conn.sendall(self.answer)
+
+
+def http_answer(status: str, body: bytes, *headers: str) -> bytes:
+    lines = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", "Connection: close", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def files_holding(root: Path, secret: str) -> list[str]:
+    return [
+        str(path)
+        for path in root.rglob("*")
+        if path.is_file() and secret.encode() in path.read_bytes()
+    ]
+
+
+def test_url_credentials_are_sent_as_basic_auth_and_never_written(
+    context: ExporterContext,
+    otlp_peer: OtlpReceiver,
+    records: list[ExportRecord],
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    password, token = "pw-7f3c9e", "tok-51b2d8aa"
+    base = otlp_peer.endpoint.replace("http://", f"http://trainer:{password}@")
+    os.environ[ENDPOINT_VARIABLE] = base
+    os.environ["OTEL_EXPORTER_OTLP_HEADERS"] = f"x-api-key={token}"
+    run(context, records)  # a good run: its receipt names the endpoint
+    (request, *_) = otlp_peer.requests()
+    expected = base64.b64encode(f"trainer:{password}".encode()).decode()
+    assert request["headers"]["authorization"] == f"Basic {expected}"
+    receipt = json.loads((context.export_dir / RECEIPT_FILE).read_text("utf-8"))
+    assert receipt["endpoint"] == otlp_peer.endpoint
+    # a failing run: the collector refuses, echoing the key; the loss is recorded
+    otlp_peer.set_faults(Fault.http(401, times=None, message=f"bad key {token} for trainer"))
+    worker = ExportWorker(make_exporter, context).start()
+    worker.submit_records(records)
+    report = worker.shutdown(10)
+    assert report.failure is not None
+    assert "401" in report.failure.error
+    assert "bad key <redacted>" in report.failure.error
+    assert report.warning_path is not None
+    assert report.warning_path.is_file()
+    shown = caplog.text + "".join(capfd.readouterr()) + report.failure.error
+    for secret in (password, token, expected):
+        assert files_holding(context.session_root, secret) == []
+        assert secret not in shown
+
+
+def test_url_credentials_beside_an_authorization_header_are_refused(
+    context: ExporterContext, otlp_peer: OtlpReceiver
+) -> None:
+    os.environ[ENDPOINT_VARIABLE] = otlp_peer.endpoint.replace("http://", "http://u:pw-8d1e@")
+    os.environ["OTEL_EXPORTER_OTLP_HEADERS"] = "Authorization=Bearer tok-0a9c33"
+    with pytest.raises(ValueError, match="give only one of them") as raised:
+        make_exporter(context).open()
+    assert "pw-8d1e" not in str(raised.value)
+    assert "tok-0a9c33" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-unit=%E2%82%AC", "x-unit.*outside Latin-1"),
+        ("OTEL_EXPORTER_OTLP_LOGS_HEADERS", "x-a=1%0D%0Ax-b: 2", "x-a.*line break"),
+        ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://[::1:4318/v1/logs", r"IPv6.*'\]'"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://my host:4318", "space in its host"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "content-type=text/plain", "sets itself"),
+    ],
+)
+def test_a_bad_header_or_host_names_its_variable_and_cause(
+    context: ExporterContext, variable: str, value: str, message: str
+) -> None:
+    if variable == "OTEL_EXPORTER_OTLP_ENDPOINT":
+        del os.environ[ENDPOINT_VARIABLE]  # the logs variable would win
+    os.environ[variable] = value
+    with pytest.raises(ValueError, match=f"{variable}.*{message}"):
+        make_exporter(context).open()
+
+
+def test_a_content_type_header_from_the_settings_is_sent_once(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    ok = logs_service_pb2.ExportLogsServiceResponse().SerializeToString()
+    with ScriptedPeer.running(
+        http_answer("200 OK", ok, "Content-Type: application/x-protobuf")
+    ) as peer:
+        os.environ[ENDPOINT_VARIABLE] = peer.endpoint
+        os.environ["OTEL_EXPORTER_OTLP_HEADERS"] = "content-type=application/x-protobuf"
+        run(context, records)
+    assert peer.heads
+    for head in peer.heads:
+        assert head.lower().count(b"\r\ncontent-type:") == 1, head
+
+
+def test_a_redirect_names_its_location_and_is_not_followed(context: ExporterContext) -> None:
+    answer = http_answer("307 Temporary Redirect", b"", "Location: http://elsewhere:4318/v1/logs")
+    with ScriptedPeer.running(answer) as peer:
+        os.environ[ENDPOINT_VARIABLE] = peer.endpoint
+        with pytest.raises(OtlpExportError) as raised:
+            make_exporter(context).open()
+    text = str(raised.value)
+    assert "307" in text
+    assert "http://elsewhere:4318/v1/logs" in text
+    assert "not followed" in text
+    assert len(peer.heads) == 1
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        (
+            "application/x-protobuf",
+            logs_service_pb2.ExportLogsServiceResponse(
+                partial_success=logs_service_pb2.ExportLogsPartialSuccess(
+                    rejected_log_records=3, error_message="attrs too long"
+                )
+            ).SerializeToString(),
+        ),
+        (
+            "application/protobuf",
+            status_pb2.Status(code=3, message="attrs too long").SerializeToString(),
+        ),
+        ("application/json", b'{"code": 3, "message": "attrs too long"}'),
+    ],
+)
+def test_a_400_shows_the_message_of_its_body(
+    context: ExporterContext, content_type: str, body: bytes
+) -> None:
+    answer = http_answer("400 Bad Request", body, f"Content-Type: {content_type}")
+    with ScriptedPeer.running(answer) as peer:
+        os.environ[ENDPOINT_VARIABLE] = peer.endpoint
+        with pytest.raises(OtlpExportError, match="400 Bad Request: attrs too long"):
+            make_exporter(context).open()
