@@ -109,6 +109,9 @@ def _install_bench(session: nox.Session) -> None:
     session.install("pyarrow>=18")  # bench_parquet bakes the parquet sink (cookiecutter: above)
     # bench_tensorboard: the sink's dependencies, TensorBoard's reader, tensorboardX's writer.
     session.install("google-crc32c>=1.5", "tensorboard>=2.16", "tensorboardX>=2.6")
+    # bench_mlflow: the server (and the fluent client) it compares with; 3.17.2 is the
+    # newest release that installs (3.18.0 pins an mlflow-skinny the index lacks).
+    session.install("mlflow[auth]==3.17.2")
 
 
 @nox.session(python=MAIN_PYTHON, default=False)
@@ -174,8 +177,12 @@ def template(session: nox.Session, sink: str) -> None:
         f"--sink={sink}",
         f"--baked={project}",
         *session.posargs,
-        # The postgres sink's tests fail instead of skipping when no server can be had.
-        env={"TRACEML_EXPORTER_SDK": str(SDK), "TRACEML_EXPORTER_REQUIRE_POSTGRES": "1"},
+        # The postgres and mlflow sinks' tests fail instead of skipping when no server can be had.
+        env={
+            "TRACEML_EXPORTER_SDK": str(SDK),
+            "TRACEML_EXPORTER_REQUIRE_POSTGRES": "1",
+            "TRACEML_EXPORTER_REQUIRE_MLFLOW": "1",
+        },
     )
 
 
