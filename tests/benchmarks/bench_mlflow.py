@@ -41,7 +41,7 @@ from _smoke import SMOKE, scaled
 from bench_export import build_batches, step_time_payload
 
 ROOT = Path(__file__).resolve().parents[2]
-TICKS = scaled(2, 1)
+TICKS = scaled(8, 1)
 STEPS = 8
 FLUSH_EVERY = 16
 FLUENT_RECORDS = scaled(40, 4)

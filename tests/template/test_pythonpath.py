@@ -34,8 +34,9 @@ def not_installed(sink: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 
 
 @pytest.fixture
-def sink_env(sink: str) -> Iterator[dict[str, str]]:
-    """Environment a sink's peer needs: a throwaway PostgreSQL, or the SDK's OTLP receiver."""
+def sink_env(sink: str, not_installed: tuple[Path, str]) -> Iterator[dict[str, str]]:
+    """Environment a sink's peer needs: a throwaway PostgreSQL, the SDK's OTLP receiver, or
+    an MLflow server (the baked project's own test peer, ``tests/mlflow_server.py``)."""
     if sink == "postgres":
         from traceml_exporter_sdk.testing.postgres_server import postgres_server
 
@@ -47,6 +48,19 @@ def sink_env(sink: str) -> Iterator[dict[str, str]]:
         with OtlpReceiver() as peer:
             yield {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": peer.endpoint}
             assert len(peer.log_records()) > 0, "the corpus never reached the receiver"
+    elif sink == "mlflow":
+        sys.path.insert(0, str(not_installed[0].parent / "tests"))
+        try:
+            from mlflow_server import MlflowServer
+        finally:
+            sys.path.pop(0)
+        server = MlflowServer().start()
+        try:
+            yield {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_EXPERIMENT_NAME": "replay"}
+            runs = server.call("POST", "runs/search", {"experiment_ids": ["1"]})
+            assert runs.get("runs"), "the corpus never reached the MLflow server"
+        finally:
+            server.stop()
     else:
         yield {}
 
