@@ -160,6 +160,11 @@ def _install_bench(session: nox.Session) -> None:
     # bench_prometheus bakes the prometheus sink (urllib3: above) and runs VictoriaMetrics
     # (Debian's binary, which .ci/run unpacks when it is missing)
     session.install("cramjam>=2.8")
+    # bench_tensorboard: the sink's dependencies, TensorBoard's reader, tensorboardX's writer.
+    session.install("google-crc32c>=1.5", "tensorboard>=2.16", "tensorboardX>=2.6")
+    # bench_mlflow: the server (and the fluent client) it compares with; 3.17.2 is the
+    # newest release that installs (3.18.0 pins an mlflow-skinny the index lacks).
+    session.install("mlflow[auth]==3.17.2")
 
 
 @nox.session(python=MAIN_PYTHON, default=False)
@@ -232,12 +237,13 @@ def template(session: nox.Session, sink: str) -> None:
         f"--sink={sink}",
         f"--baked={project}",
         *session.posargs,
-        # The postgres and prometheus sinks' tests fail instead of skipping when no server
-        # can be had.
+        # The postgres, prometheus and mlflow sinks' tests fail instead of skipping when no
+        # server can be had.
         env={
             "TRACEML_EXPORTER_SDK": str(SDK),
             "TRACEML_EXPORTER_REQUIRE_POSTGRES": "1",
             "TRACEML_EXPORTER_REQUIRE_PROMETHEUS": "1",
+            "TRACEML_EXPORTER_REQUIRE_MLFLOW": "1",
         },
     )
 

@@ -41,6 +41,7 @@ DEPENDENCY_MODULES = frozenset(
         # the sinks' own libraries
         "psycopg", "psycopg_pool", "psycopg_binary", "pyarrow", "duckdb", "opentelemetry",
         "google", "grpc", "httpx", "requests", "urllib3", "certifi", "polars", "cramjam",
+        "google_crc32c", "tensorboard", "mlflow", "mlflow_server",
         # folder names a project has, where a package of that name would be confused
         "tests", "conftest", "src", "sink_support", "exporter_calls",
     }
@@ -97,6 +98,18 @@ TEMPLATE_NAMES = frozenset(
         "PROTOCOL_HEADERS", "PrometheusSettings", "PrometheusWriteError", "READS_ROWS",
         "SAMPLE_TIMES", "SKIP_CHECKS", "SNAPSHOT_COUNTERS", "Series", "ThreadingHTTPServer",
         "VM_DIGITS", "VM_TINY", "Phase", "STALE_NAN",
+        # the tensorboard sink's modules and tests
+        "BUFFER_BYTES", "EVENT_MEASURES", "FILE_VERSION", "GPU_FIELDS", "KEEP_ALL", "LOGDIR_ENV",
+        "MEASURES", "MEMORY_FIELDS", "RECORD_PLUGIN", "RECORD_TAG", "SAMPLES", "SHOW_TIMEOUT_S",
+        "SNAPSHOT", "SNAPSHOT_FIELDS", "START_TIMEOUT_S", "STEPPED_STREAMS", "STEPS",
+        "ScalarValues", "StringTensors", "TAG", "TensorBoard",
+        # the mlflow sink's modules and tests
+        "ADMIN", "DEADLINE_S", "DEFAULT_EXPERIMENT", "DEFAULT_TIMEOUT_S", "FIELDS", "FaultProxy",
+        "MAX_BATCH_BYTES", "MAX_BUFFERED_METRICS", "MAX_KEY", "MAX_METRICS", "MAX_TAGS",
+        "MAX_TAG_VALUE", "MlflowApi", "MlflowExportError", "MlflowServer", "MlflowSettings",
+        "MlflowUnavailableError", "NOT_EXPORTED", "PEER_ENV", "RANK_TAG", "RETRYABLE",
+        "SESSION_TAG", "SKIP_CHECKS", "SLACK_S", "STEPPED", "TAG_PREFIX", "TEST_TIMEOUT_S",
+        "MAX_EXAMPLES",
     }
 )  # fmt: skip
 """Names an exporter class may not take: its module or its tests already bind them."""

@@ -34,9 +34,10 @@ def not_installed(sink: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 
 
 @pytest.fixture
-def sink_env(sink: str) -> Iterator[dict[str, str]]:
-    """Environment a sink's peer needs: a throwaway PostgreSQL, the SDK's OTLP receiver, or
-    a throwaway Prometheus."""
+def sink_env(sink: str, not_installed: tuple[Path, str]) -> Iterator[dict[str, str]]:
+    """Environment a sink's peer needs: a throwaway PostgreSQL, the SDK's OTLP receiver, a
+    throwaway Prometheus, or an MLflow server (the baked project's own test peer,
+    ``tests/mlflow_server.py``)."""
     if sink == "postgres":
         from traceml_exporter_sdk.testing.postgres_server import postgres_server
 
@@ -54,6 +55,19 @@ def sink_env(sink: str) -> Iterator[dict[str, str]]:
         with prometheus_server() as server:
             yield {"PROMETHEUS_REMOTE_WRITE_URL": server.write_url}
             assert server.samples('{job="traceml"}'), "the corpus never reached Prometheus"
+    elif sink == "mlflow":
+        sys.path.insert(0, str(not_installed[0].parent / "tests"))
+        try:
+            from mlflow_server import MlflowServer
+        finally:
+            sys.path.pop(0)
+        server = MlflowServer().start()
+        try:
+            yield {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_EXPERIMENT_NAME": "replay"}
+            runs = server.call("POST", "runs/search", {"experiment_ids": ["1"]})
+            assert runs.get("runs"), "the corpus never reached the MLflow server"
+        finally:
+            server.stop()
     else:
         yield {}
 

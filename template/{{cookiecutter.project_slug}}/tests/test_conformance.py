@@ -4,10 +4,14 @@ Every check is its own test (``pytest -k <check>`` runs one); the rules are list
 ``_contract.py``. What only the sink knows comes from ``sink_support.py``:
 ``read_export(context)``, which turns the data-fidelity checks on, and, for a sink the
 suite's defaults cannot break (one that does not live under ``export_dir``),
-``break_sink(context)`` and ``broken_context(context)``. The round trips below run on
-every sink through the same ``read_export``, compared with ``expected`` (the records'
-``to_dict()``s, or what an aggregating sink's ``expected_export`` makes of them, whose
-``SKIP_CHECKS`` names the suite's row-level checks it cannot pass, and why);
+``break_sink(context)`` and ``broken_context(context)``. A sink that does not keep
+records as records (a metrics store keeps series, MLflow keeps metric points) also
+defines ``SKIP_CHECKS`` (the suite's checks it cannot pass, with the reason; each skip
+says ``SKIP_CHECKS['<check>']``, the only skips the template's own tests accept) and
+``expected_export`` (what ``read_export`` must find for given records; default: the
+records' ``to_dict()``), and either ``READS_ROWS = False`` (no read-back for the suite)
+or ``suite_read_back``; it may set ``MAX_EXAMPLES`` for the property test below
+(default 20). The round trips below run on every sink through the same ``read_export``;
 ``test_exporter.py`` tests the sink's own.
 """
 
@@ -28,15 +32,23 @@ from traceml_exporter_sdk.testing.strategies import record_batches
 
 from {{ cookiecutter.package_name }}.exporter import make_exporter
 
+expected: Callable[..., dict[str, list[dict[str, Any]]]]
+expected = getattr(sink_support, "expected_export", expected_by_stream)
+
 
 class Test{{ cookiecutter.exporter_class }}(ExporterConformance):
     factory = "{{ cookiecutter.package_name }}.exporter:make_exporter"
-    skip_checks: ClassVar[Mapping[str, str]] = getattr(sink_support, "SKIP_CHECKS", {})
+    skip_checks: ClassVar[Mapping[str, str]] = {
+        name: f"SKIP_CHECKS[{name!r}]: {why}"
+        for name, why in getattr(sink_support, "SKIP_CHECKS", {}).items()
+    }
 
     if getattr(sink_support, "READS_ROWS", True):  # an aggregating sink keeps no rows
 
         def read_back(self, context: ExporterContext) -> Mapping[str, list[dict[str, Any]]]:
-            return sink_support.read_export(context)
+            own: Callable[[ExporterContext], Mapping[str, list[dict[str, Any]]]]
+            own = getattr(sink_support, "suite_read_back", sink_support.read_export)
+            return own(context)
 
     def broken_context(self, context: ExporterContext) -> ExporterContext:
         own: Callable[[ExporterContext], ExporterContext] | None
@@ -71,7 +83,7 @@ def test_driven_by_the_export_worker(context: ExporterContext, records: list[Exp
 
 
 @settings(
-    max_examples=20,
+    max_examples=getattr(sink_support, "MAX_EXAMPLES", 20),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -1,0 +1,199 @@
+"""The template's mlflow exporter beside the server's own ceiling and MLflow's fluent API
+(issue 21).
+
+Standalone: ``python tests/benchmarks/bench_mlflow.py`` (``nox -s bench`` runs it; it
+needs cookiecutter and ``mlflow[auth]``). The exporter is baked from ``template/`` into a
+temporary folder and imported from there, and the baked project's test peer
+(``tests/mlflow_server.py``) starts one local ``mlflow server`` (sqlite, no auth) for
+all three:
+
+* the exporter: step_time records of 64 ranks with 5 events (20 points each),
+  ``write`` and a ``flush`` every ``FLUSH_EVERY`` batches, to ``close``;
+* the ceiling: the same points as prebuilt ``runs/log-batch`` bodies (1,000 metrics,
+  encoded before the clock starts) POSTed one after another, no exporter work at all;
+* the fluent API: ``mlflow.log_metrics`` once per step (one record's 20 points), on the
+  first ``FLUENT_RECORDS`` records (it is slow; the rate is what counts).
+
+Each figure is points/s from the first call to the last 200. Targets: the exporter at
+least 80% of the ceiling and at least 5x the fluent path. Prints PASS or MISS; exits 0.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from cookiecutter.main import cookiecutter
+from traceml_exporter_sdk import ExporterContext
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import SMOKE, scaled
+from bench_export import build_batches, step_time_payload
+
+ROOT = Path(__file__).resolve().parents[2]
+TICKS = scaled(8, 1)
+STEPS = 8
+FLUSH_EVERY = 16
+FLUENT_RECORDS = scaled(40, 4)
+Factory = Callable[[ExporterContext], Any]
+
+
+def bake(tmp: Path) -> tuple[Factory, Any]:
+    """The template's mlflow sink, baked and imported: its factory and test-peer module."""
+    project = Path(
+        cookiecutter(
+            str(ROOT / "template"),
+            no_input=True,
+            extra_context={"sink": "mlflow", "project_name": "bench mlflow"},
+            output_dir=str(tmp),
+            default_config=True,
+        )
+    )
+    sys.path[:0] = [str(project / "src"), str(project / "tests")]
+    exporter = importlib.import_module("traceml_exporter_bench_mlflow.exporter")
+    return exporter.make_exporter, importlib.import_module("mlflow_server")
+
+
+def points_of(records: list[Any]) -> dict[int, list[dict[str, Any]]]:
+    """Per rank, the log-batch metrics of its records, as the sink maps them."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for record in records:
+        data = record.to_dict()
+        for name, devices in data["events"].items():
+            for device, stats in devices.items():
+                for measure in ("duration_ms", "cpu_ms", "gpu_ms", "n_calls"):
+                    if stats.get(measure) is not None:
+                        out.setdefault(data["rank"], []).append(
+                            {
+                                "key": f"step_time/{name}/{device}/{measure}",
+                                "value": float(stats[measure]),
+                                "timestamp": data["timestamp_unix_ns"] // 1_000_000,
+                                "step": data["step"],
+                            }
+                        )
+    return out
+
+
+def new_experiment(env: dict[str, str]) -> None:
+    env["MLFLOW_EXPERIMENT_NAME"] = f"bench-{uuid.uuid4().hex[:8]}"
+    os.environ.update(env)
+
+
+def run_exporter(factory: Factory, batches: list[list[Any]], folder: Path) -> float:
+    exporter = factory(ExporterContext.create(folder, export_streams="all"))
+    start = time.perf_counter()
+    exporter.open()
+    for index, batch in enumerate(batches, 1):
+        exporter.write(batch)
+        if index % FLUSH_EVERY == 0:
+            exporter.flush()
+    exporter.close()
+    return time.perf_counter() - start
+
+
+def run_ceiling(peer: Any, points: dict[int, list[Any]]) -> float:
+    experiment = peer.call("POST", "experiments/create", {"name": f"ceiling-{uuid.uuid4().hex}"})
+    bodies = []
+    for rank, metrics in points.items():
+        run = peer.call(
+            "POST",
+            "runs/create",
+            {"experiment_id": experiment["experiment_id"], "run_name": f"rank {rank}"},
+        )
+        run_id = run["run"]["info"]["run_id"]
+        for start in range(0, len(metrics), 1000):
+            body = {"run_id": run_id, "metrics": metrics[start : start + 1000]}
+            bodies.append(json.dumps(body).encode())
+    headers = {"Content-Type": "application/json"}
+    pool = urllib3.HTTPConnectionPool("127.0.0.1", peer.port, maxsize=1)
+    start = time.perf_counter()
+    for body in bodies:
+        answer = pool.request(
+            "POST", "/api/2.0/mlflow/runs/log-batch", body=body, headers=headers, retries=False
+        )
+        if answer.status != 200:
+            raise RuntimeError(f"log-batch answered {answer.status}: {answer.data[:300]!r}")
+    elapsed = time.perf_counter() - start
+    pool.close()
+    return elapsed
+
+
+def run_fluent(records: list[Any]) -> tuple[float, int]:
+    import mlflow
+
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+    mlflow.set_experiment(os.environ["MLFLOW_EXPERIMENT_NAME"])
+    per_record = []
+    for record in records:
+        data = record.to_dict()
+        metrics = {
+            f"step_time/{name}/{device}/{measure}": float(stats[measure])
+            for name, devices in data["events"].items()
+            for device, stats in devices.items()
+            for measure in ("duration_ms", "cpu_ms", "gpu_ms", "n_calls")
+            if stats.get(measure) is not None
+        }
+        per_record.append((metrics, data["step"], data["timestamp_unix_ns"] // 1_000_000))
+    with mlflow.start_run():
+        start = time.perf_counter()
+        for metrics, step, stamp in per_record:
+            mlflow.log_metrics(metrics, step=step, timestamp=stamp, synchronous=True)
+        elapsed = time.perf_counter() - start
+    return elapsed, sum(len(m) for m, _, _ in per_record)
+
+
+def main() -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-mlflow-"))
+    os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    peer = None
+    try:
+        factory, peers = bake(tmp / "bake")
+        started = time.perf_counter()
+        peer = peers.MlflowServer().start()
+        print(f"mlflow server healthy after {time.perf_counter() - started:.1f} s")
+        env = {"MLFLOW_TRACKING_URI": peer.url, "TRACEML_MLFLOW_TIMEOUT_S": "120"}
+        batches = build_batches(lambda r, t, rng: step_time_payload(r, t, STEPS, rng), TICKS)
+        batches = batches[: scaled(len(batches), 2)]  # smoke: two ranks' batches
+        records = [record for batch in batches for record in batch]
+        points = points_of(records)
+        total = sum(map(len, points.values()))
+        ranks = len(points)
+        print(f"{len(records):,} step_time records of {ranks} ranks, {total:,} points")
+        new_experiment(env)
+        ceiling = total / run_ceiling(peer, points)
+        new_experiment(env)
+        exporter = total / run_exporter(factory, batches, tmp / "session")
+        new_experiment(env)
+        elapsed, fluent_points = run_fluent(records[:FLUENT_RECORDS])
+        fluent = fluent_points / elapsed
+        print(f"  ceiling (prebuilt log-batch)  {ceiling:10,.0f} points/s")
+        print(
+            f"  the exporter                  {exporter:10,.0f} points/s "
+            f"({exporter / 20:,.0f} records/s)"
+        )
+        print(f"  fluent mlflow.log_metrics     {fluent:10,.0f} points/s ({FLUENT_RECORDS} steps)")
+        for label, ratio, target in (
+            ("exporter / ceiling", exporter / ceiling, 0.8),
+            ("exporter / fluent", exporter / fluent, 5.0),
+        ):
+            verdict = "" if SMOKE else (" PASS" if ratio >= target else " MISS")
+            print(f"target: {label} >= {target:g}: {ratio:.2f}{verdict}")
+    finally:
+        if peer is not None:
+            peer.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
