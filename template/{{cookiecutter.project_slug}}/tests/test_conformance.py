@@ -32,9 +32,6 @@ from traceml_exporter_sdk.testing.strategies import record_batches
 
 from {{ cookiecutter.package_name }}.exporter import make_exporter
 
-expected: Callable[..., dict[str, list[dict[str, Any]]]]
-expected = getattr(sink_support, "expected_export", expected_by_stream)
-
 
 class Test{{ cookiecutter.exporter_class }}(ExporterConformance):
     factory = "{{ cookiecutter.package_name }}.exporter:make_exporter"
