@@ -175,3 +175,16 @@ def test_every_submodule_is_reachable_as_an_attribute() -> None:
 
     names = {name.split(".")[1] for name in modules() if name.count(".") >= 1 and "._" not in name}
     assert names == set(sdk._SUBMODULES)
+
+
+WINDOWS_REFUSES = set('<>:"\\|?*')
+"""Characters a Windows checkout refuses in a file name (besides ``/``)."""
+
+
+def test_every_template_path_is_one_a_windows_checkout_accepts() -> None:
+    """Conditional names use single quotes, as scientific-python/cookie's do."""
+    template = SRC.parents[1] / "template"
+    names = [p.relative_to(template).as_posix() for p in template.rglob("*")]
+    assert len(names) > 50, "the template was not found"
+    bad = [name for name in names if WINDOWS_REFUSES & set(name.replace("/", ""))]
+    assert not bad, bad
