@@ -104,11 +104,10 @@ TEMPLATE_NAMES = frozenset(
         "SNAPSHOT", "SNAPSHOT_FIELDS", "START_TIMEOUT_S", "STEPPED_STREAMS", "STEPS",
         "ScalarValues", "StringTensors", "TAG", "TensorBoard",
         # the mlflow sink's modules and tests
-        "ADMIN", "DEADLINE_S", "DEFAULT_EXPERIMENT", "DEFAULT_TIMEOUT_S", "FIELDS", "FaultProxy",
-        "MAX_BATCH_BYTES", "MAX_BUFFERED_METRICS", "MAX_KEY", "MAX_METRICS", "MAX_TAGS",
+        "ADMIN", "DEADLINE_S", "DEFAULT_EXPERIMENT", "FIELDS", "MAX_BATCH_BYTES", "MAX_BUFFERED_METRICS", "MAX_KEY", "MAX_METRICS", "MAX_TAGS",
         "MAX_TAG_VALUE", "MlflowApi", "MlflowExportError", "MlflowServer", "MlflowSettings",
         "MlflowUnavailableError", "NOT_EXPORTED", "PEER_ENV", "RANK_TAG", "RETRYABLE",
-        "SESSION_TAG", "SKIP_CHECKS", "SLACK_S", "STEPPED", "TAG_PREFIX", "TEST_TIMEOUT_S",
+        "SESSION_TAG", "SLACK_S", "STEPPED", "TAG_PREFIX", "TEST_TIMEOUT_S",
         "MAX_EXAMPLES",
     }
 )  # fmt: skip

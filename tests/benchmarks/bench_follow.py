@@ -43,7 +43,7 @@ from _smoke import SMOKE, scaled
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "follow"))
 
-from traceml_exporter_sdk.backfill import TABLE_BY_STREAM  # noqa: E402
+from traceml_exporter_sdk._backfill import TABLE_BY_STREAM  # noqa: E402
 from traceml_exporter_sdk.records import (  # noqa: E402
     ProcessRecord,
     Record,

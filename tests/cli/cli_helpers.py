@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 from traceml_exporter_sdk import RECORD_TYPES
-from traceml_exporter_sdk.backfill import TABLE_BY_STREAM
+from traceml_exporter_sdk._backfill import TABLE_BY_STREAM
 
 CLI = [sys.executable, "-m", "traceml_exporter_sdk.cli"]
 

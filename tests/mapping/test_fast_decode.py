@@ -30,8 +30,8 @@ from traceml_exporter_sdk import (
     _sqlite_rows,
     records_from_payload,
 )
-from traceml_exporter_sdk.fastdecode import line_mapper
-from traceml_exporter_sdk.replay import PayloadReader
+from traceml_exporter_sdk._fastdecode import line_mapper
+from traceml_exporter_sdk._replay import PayloadReader
 from traceml_exporter_sdk.streams import ALL_STREAMS
 from traceml_exporter_sdk.testing import load_corpus
 from traceml_exporter_sdk.worker import NO_PAYLOAD

@@ -1,4 +1,4 @@
-"""The mapper's fast path (fastpath.py) against its careful path (projection.py).
+"""The mapper's fast path (_fastpath.py) against its careful path (_projection.py).
 
 ``records_from_payload`` builds each envelope with the per-table fast builder and
 falls back to the careful projection when that raises. With the fast builders

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceml_exporter_sdk.backfill import TABLE_BY_STREAM, open_database
+from traceml_exporter_sdk._backfill import TABLE_BY_STREAM, open_database
 from traceml_exporter_sdk.records import RECORD_TYPES
 from traceml_exporter_sdk.testing.readback import jsonl_parts
 

@@ -121,29 +121,19 @@ _WHERE = {
 
 _SUBMODULES = frozenset(
     {
-        "backfill",
         "cli",
         "context",
         "exporter",
         "factory",
-        "fastdecode",
-        "fastpath",
-        "feeding",
-        "follow",
         "jsonl",
         "mapping",
-        "projection",
         "records",
-        "replay",
-        "report",
-        "schema",
-        "settings",
         "streams",
         "testing",
         "worker",
     }
 )
-"""Submodules reachable as attributes, as they were when this module imported them eagerly."""
+"""The public submodules, reachable as attributes; internal ones carry a leading underscore."""
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,7 @@
 """Rows of a TraceML SQLite projection table -> export records, coerced as the payload path.
 
 SQLite keeps whatever type a value was given, so every value is coerced exactly
-as the payload path coerces the field it came from (``projection.py``): text in
+as the payload path coerces the field it came from (``_projection.py``): text in
 ``rank`` is parsed as an identity int is, a REAL ``timestamp_unix_ns`` or a BLOB
 ``step`` becomes None, ``events_json`` is decoded (integers exact however long)
 and normalised as the payload's events map is. A row whose column types are the
@@ -11,8 +11,8 @@ per-field coercers, which give the same values for those rows.
 A row that cannot become a record (``events_json`` that is not a JSON object,
 nested too deep, a missing ``observed_timestamp_unix_ns`` or ``gpu_idx``, an
 empty ``line``) is handed to the caller's ``bad`` callback with its id and the
-reason; the other rows go on. Used by the backfill (``backfill.py``) and the
-follower (``follow.py``) alike, for both table layouts.
+reason; the other rows go on. Used by the backfill (``_backfill.py``) and the
+follower (``_follow.py``) alike, for both table layouts.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ _RUNTIME_BEST_EFFORT |= dict.fromkeys(
 
 
 def _coercer(stream: str, name: str, hint: str) -> Callable[[Any], Any]:
-    """The payload path's coercion of the field ``name`` (``projection.py``)."""
+    """The payload path's coercion of the field ``name`` (``_projection.py``)."""
     if stream == "runtime_environment" and name in _RUNTIME_BEST_EFFORT:
         return _RUNTIME_BEST_EFFORT[name]
     if name in _IDENTITY:

@@ -25,8 +25,8 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from .fastpath import FAST_BUILDERS, FastBuilder
-from .projection import (
+from ._fastpath import FAST_BUILDERS, FastBuilder
+from ._projection import (
     PROJECTION_BY_SAMPLER,
     TABLE_RECORDS,
     Projection,

@@ -51,12 +51,7 @@ from itertools import compress
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from .context import ExporterContext
-from .exporter import Exporter
-from .factory import FactoryFailure, call_factory, load_exporter
-from .mapping import records_from_payload
-from .records import ExportRecord, RecordBatch
-from .report import (
+from ._report import (
     WARNING_FILE,
     ExportFailure,
     ExportReport,
@@ -65,6 +60,11 @@ from .report import (
     log_error,
     write_warning_file,
 )
+from .context import ExporterContext
+from .exporter import Exporter
+from .factory import FactoryFailure, call_factory, load_exporter
+from .mapping import records_from_payload
+from .records import ExportRecord, RecordBatch
 
 __all__ = [
     "NO_PAYLOAD",

@@ -1,4 +1,4 @@
-"""``traceml-exporter follow``: export a live TraceML 0.5.0 run as it happens (``follow.py``)."""
+"""``traceml-exporter follow``: export a live TraceML 0.5.0 run as it happens (``_follow.py``)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from ..replay_summary import (
 )
 
 if TYPE_CHECKING:
-    from ...follow import FollowResult, RunFolder
+    from ..._follow import FollowResult, RunFolder
     from ...worker import ExportWorker
 
 __all__ = ["add_parser", "cmd_follow"]
@@ -140,7 +140,7 @@ def wait_for_run(root: Path, wait: float) -> RunFolder:
     Raises:
         CliError: still missing after ``wait`` seconds (one line: which part, and what is accepted).
     """
-    from ...follow import RunFolder
+    from ..._follow import RunFolder
 
     folder = RunFolder(root)
     deadline = time.monotonic() + wait
@@ -178,8 +178,8 @@ def _interrupt_on_sigterm() -> None:
 
 
 def cmd_follow(args: argparse.Namespace, out: TextIO) -> int:
+    from ..._follow import Follower, FollowError
     from ...context import ExporterContext
-    from ...follow import Follower, FollowError
     from ...worker import ExportWorker as Worker
 
     spec = check_spec(args.spec)
@@ -226,7 +226,7 @@ def cmd_follow(args: argparse.Namespace, out: TextIO) -> int:
 def _summary(
     result: FollowResult, folder: RunFolder, worker: ExportWorker, spec: str, out: TextIO
 ) -> int:
-    from ...follow import record_follow
+    from ..._follow import record_follow
 
     source, report = result.source, result.report
     incomplete = result.end in ("aggregator-gone", "idle") or result.pruned_rows > 0

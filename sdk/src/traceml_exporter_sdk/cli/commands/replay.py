@@ -142,8 +142,8 @@ def _make_worker(args: argparse.Namespace, spec: str, streams_value: str) -> Exp
 
 
 def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, out: TextIO) -> int:
-    from ...feeding import feed
-    from ...replay import MISSING_MSGSPEC, PayloadReader, open_payloads
+    from ..._feeding import feed
+    from ..._replay import MISSING_MSGSPEC, PayloadReader, open_payloads
 
     path = Path(args.payloads)
     check_input_file(path, "payload file")
@@ -216,8 +216,8 @@ def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, ou
 
 
 def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out: TextIO) -> int:
-    from ...backfill import BackfillError, mark_partial, open_database
-    from ...feeding import feed
+    from ..._backfill import BackfillError, mark_partial, open_database
+    from ..._feeding import feed
 
     path = Path(args.sqlite)
     streams = parse_export_streams(streams_value)

@@ -36,8 +36,8 @@ from typing import Any, Literal
 
 import orjson
 
+from ._projection import TABLE_RECORDS
 from ._sqlite_rows import RowConverter
-from .projection import TABLE_RECORDS
 from .records import RECORD_TYPES, Record
 
 __all__ = [

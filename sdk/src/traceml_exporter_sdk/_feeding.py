@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from .report import ExportReport, write_warning_file
+from ._report import ExportReport, write_warning_file
 from .worker import ExportWorker
 
 __all__ = ["Stop", "feed", "record_stop", "shut_down", "wait_for_room"]

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ._coerce import drop_deviceless, identity
+from ._projection import sampler_of
 from .mapping import records_from_payload
-from .projection import sampler_of
 from .records import Record, RecordBatch, StepTimeRecord, twin
 
 __all__ = ["LineMapper", "line_mapper"]

@@ -1,6 +1,6 @@
 """The mapper's fast path: one envelope straight to records, per table, no row tuples.
 
-Each builder here is the projection of the same name in ``projection.py`` (the
+Each builder here is the projection of the same name in ``_projection.py`` (the
 careful path, which stays the reference), written out per table: every value that
 already has its field's exact type is taken as it is, anything else goes through
 the careful path's own coercion, so the records are equal by construction. The

@@ -35,7 +35,7 @@ from typing import IO, Any, Literal
 
 import orjson
 
-from .fastdecode import LineMapper, line_mapper
+from ._fastdecode import LineMapper, line_mapper
 from .worker import NO_PAYLOAD
 
 __all__ = [

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import orjson
 
-from .backfill import (
+from ._backfill import (
     PAGE_ROWS,
     BackfillError,
     SqliteSource,
@@ -44,8 +44,8 @@ from .backfill import (
     open_database,
     plan_tables,
 )
-from .feeding import wait_for_room
-from .report import ExportReport, write_warning_file
+from ._feeding import wait_for_room
+from ._report import ExportReport, write_warning_file
 from .worker import ExportWorker
 
 __all__ = [
