@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -21,7 +22,7 @@ WRITERS = [runtime_environment, system, process, step_time, step_memory, stdout_
 
 
 def columns(db: Path) -> dict[str, list[tuple[str, str, int]]]:
-    with sqlite3.connect(db) as connection:
+    with contextlib.closing(sqlite3.connect(db)) as connection:
         tables = [
             r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
         ]
@@ -34,7 +35,7 @@ def columns(db: Path) -> dict[str, list[tuple[str, str, int]]]:
 
 def test_the_writer_makes_the_tables_of_traceml_0_5_0(tmp_path: Path) -> None:
     reference = tmp_path / "reference.db"
-    with sqlite3.connect(reference) as connection:
+    with contextlib.closing(sqlite3.connect(reference)) as connection:
         for writer in WRITERS:
             writer.init_schema(connection)
     ours = Writer050(tmp_path / "run")

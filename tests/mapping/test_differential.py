@@ -24,6 +24,7 @@ Known divergences, kept out of the generated payloads (ints stay in
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from typing import Any
 
@@ -80,13 +81,13 @@ def test_well_formed_envelopes_match_traceml_0_5_0(kinds: list[str], data: st.Da
 
 def test_reference_columns_are_the_record_fields() -> None:
     """Each record's COLUMNS are 0.5.0's SQLite columns minus id, with the three renames."""
-    conn = sqlite3.connect(":memory:")
-    for writer in WRITERS:
-        writer.init_schema(conn)
-    for table, record_type in TABLE_RECORDS.items():
-        columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
-        assert columns[0] == "id"
-        assert tuple(RENAMED.get(c, c) for c in columns[1:]) == record_type.COLUMNS, table
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        for writer in WRITERS:
+            writer.init_schema(conn)
+        for table, record_type in TABLE_RECORDS.items():
+            columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+            assert columns[0] == "id"
+            assert tuple(RENAMED.get(c, c) for c in columns[1:]) == record_type.COLUMNS, table
 
 
 def test_realistic_payload_matches() -> None:
