@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from _smoke import SMOKE, scaled
+from _smoke import SMOKE, scaled, summary, verdict
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "follow"))
@@ -322,26 +322,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     kept = [p.multiple for p in phases if p.kept_up]
     best = max(kept) if kept else 0.0
-    if SMOKE:
-        print("  (smoke mode: no verdicts)")
-        return 0
     one = next((p for p in phases if p.multiple == 1), base_phase)
-
-    def verdict(ok: bool) -> str:
-        return "PASS" if ok else "MISS"
-
+    results = [best >= TARGET_RATE, one.lag_p99 < TARGET_LAG_S, one.cpu_share <= TARGET_CPU]
     print(
         f"  (a) highest rate kept up {best:g}x the 512-rank rate "
-        f"(target >= {TARGET_RATE:g}x): {verdict(best >= TARGET_RATE)}"
+        f"(target >= {TARGET_RATE:g}x): {verdict(results[0])}"
     )
     print(
         f"  (b) lag commit -> exporter flush p99 {one.lag_p99:.2f} s at 1x "
-        f"(target < {TARGET_LAG_S:g} s): {verdict(one.lag_p99 < TARGET_LAG_S)}"
+        f"(target < {TARGET_LAG_S:g} s): {verdict(results[1])}"
     )
     print(
         f"  (c) follower CPU at 1x {one.cpu_share:.1%} of one core "
-        f"(target <= {TARGET_CPU:.0%}): {verdict(one.cpu_share <= TARGET_CPU)}"
+        f"(target <= {TARGET_CPU:.0%}): {verdict(results[2])}"
     )
+    print(summary(results))
     return 0
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
-from _smoke import scaled
+from _smoke import scaled, summary, verdict
 from bench_otlp import corpus, step_records
 from traceml_exporter_sdk import ExporterContext
 from traceml_exporter_sdk.testing.otlp_receiver import OtlpReceiver
@@ -201,10 +201,10 @@ def main() -> int:
                 print(f"  otlp exporter -> OTLP receiver         {theirs:>12,.0f} records/s")
                 if label.startswith("step_time"):
                     ok = ours >= TARGET
-                    print(f"  target {TARGET:,.0f} records/s: {'PASS' if ok else 'MISS'}")
+                    print(f"  target {TARGET:,.0f} records/s: {verdict(ok)}")
                     results.append(ok)
             print(f"  series in VictoriaMetrics after the runs: {series_count(server):,}")
-    print(f"\n{sum(results)}/{len(results)} targets PASS")
+    print(f"\n{summary(results)}")
     return 0
 
 
