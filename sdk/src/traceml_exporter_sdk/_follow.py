@@ -30,7 +30,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -176,7 +176,8 @@ class FollowResult:
     bookmark_error: str | None = None
     warning_path: Path | None = None
     warning_error: str | None = None
-    notes: list[str] = field(default_factory=list)
+    read_error: str | None = None
+    """Why reading the database failed (``end`` is ``read-error``)."""
 
     @property
     def pruned_rows(self) -> int:
@@ -310,7 +311,13 @@ class Follower:
             end = "exporter-failed"
         self._save_delivered(report.delivered_records)
         return FollowResult(
-            end, report, source, resumed, self._skipped_before, bookmark_error=self.bookmark_error
+            end,
+            report,
+            source,
+            resumed,
+            self._skipped_before,
+            bookmark_error=self.bookmark_error,
+            read_error=self.read_error,
         )
 
     def _loop(self, source: SqliteSource) -> End:

@@ -219,7 +219,6 @@ def cmd_follow(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(no_table_message(source, context.streams), EXIT_INPUT)
     worker.start()
     result = follower.run(source, resumed)
-    result.notes.append(follower.read_error or "")
     return _summary(result, folder, worker, spec, out)
 
 
@@ -266,7 +265,7 @@ def _summary(
     if code != EXIT_OK:
         return code
     if result.end == "read-error":
-        error_line(f"reading {folder.database} failed: {follower_error(result)}")
+        error_line(f"reading {folder.database} failed: {result.read_error}")
         return EXIT_INPUT
     if result.end == "stalled":
         error_line(f"exporter {spec!r} stalled: it took no batch for --shutdown-timeout")
@@ -278,7 +277,3 @@ def _summary(
         error_line(f"the export is incomplete: {why}")
         return EXIT_INCOMPLETE
     return EXIT_OK
-
-
-def follower_error(result: FollowResult) -> str:
-    return next((note for note in result.notes if note), "unknown error")
