@@ -18,10 +18,39 @@ TEMPLATE = ROOT / "template"
 TEMPLATE_CONFIG: dict[str, Any] = json.loads((TEMPLATE / "cookiecutter.json").read_text("utf-8"))
 SINKS: list[str] = list(TEMPLATE_CONFIG["sink"])
 DEFAULT_SINK = SINKS[0]
-SINKS_DIR = TEMPLATE / "templates" / "sinks"
-"""One folder per sink kind, its files included by the project's (see docs/template.md)."""
+PROJECT_TEMPLATE = TEMPLATE / "{{cookiecutter.project_slug}}"
+"""The project's files; a sink's own files have conditional names (see docs/template.md)."""
+PARTIALS_DIR = TEMPLATE / "templates" / "sinks"
+"""What a sink says inside common files: ``<sink>.jinja`` (its metadata) and ``<sink>.md``."""
 DEFAULT_SLUG = "traceml-exporter-example"
 DEFAULT_PACKAGE = "traceml_exporter_example"
+
+
+def template_sources(**answers: str) -> dict[str, Path]:
+    """Baked path -> the template file it comes from, for ``answers`` (defaults otherwise).
+
+    Each path is rendered as cookiecutter renders it, and a file whose name renders
+    empty is left out, as cookiecutter leaves it out. Two files that render to one
+    path fail the calling test: the later would silently overwrite the other.
+    """
+    import jinja2
+
+    defaults = {k: v[0] if isinstance(v, list) else v for k, v in TEMPLATE_CONFIG.items()}
+    context = {**defaults, "project_slug": DEFAULT_SLUG, "package_name": DEFAULT_PACKAGE}
+    context.update(answers)
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    sources: dict[str, Path] = {}
+    for path in sorted(PROJECT_TEMPLATE.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        rendered = env.from_string(path.relative_to(PROJECT_TEMPLATE).as_posix())
+        name = rendered.render(cookiecutter=context)
+        if name.endswith("/") or not name:
+            continue
+        if name in sources:
+            pytest.fail(f"{path} and {sources[name]} both render to {name} for {answers}")
+        sources[name] = path
+    return sources
 
 
 # -- baking --------------------------------------------------------------------

@@ -12,9 +12,10 @@ from cookiecutter.exceptions import FailedHookException
 from template_helpers import (
     DEFAULT_PACKAGE,
     DEFAULT_SLUG,
+    PARTIALS_DIR,
+    PROJECT_TEMPLATE,
     ROOT,
     SINKS,
-    SINKS_DIR,
     TEMPLATE,
     cookiecutter,
     files_of,
@@ -143,10 +144,10 @@ def test_every_sink_has_a_complete_folder_and_every_file_is_used() -> None:
         if path.is_file()
         for name in INCLUDE.findall(path.read_text("utf-8"))
     }
-    assert {"exporter.py", "sink_support.py", "test_exporter.py", "sink.jinja"} <= used
-    assert sorted(p.name for p in SINKS_DIR.iterdir()) == sorted(SINKS)
+    assert used == {"README.md", "sink.jinja"}
+    assert sorted(p.name for p in PARTIALS_DIR.iterdir()) == sorted(SINKS)
     for sink in SINKS:
-        files = {p.name for p in (SINKS_DIR / sink).iterdir() if p.name != "__pycache__"}
+        files = {p.name for p in (PARTIALS_DIR / sink).iterdir() if p.name != "__pycache__"}
         assert files == used, f"template/templates/sinks/{sink}/"
 
 
@@ -294,11 +295,10 @@ def _hook() -> dict[str, Any]:
 def _template_python() -> list[ast.Module]:
     """Every Python file of the template, parsed with its Jinja placeholders filled in."""
     trees = []
-    template = ROOT / "template"
-    project = template / "{{cookiecutter.project_slug}}"
-    # a sink's own modules have conditional names: "{% if ... %}_x.py{% endif %}"
-    paths = [p for p in project.rglob("*") if re.sub(r"\{%.*?%\}", "", p.name).endswith(".py")]
-    paths += (template / "templates").rglob("*.py")
+    # a sink's own files have conditional names: "{% if ... %}exporter.py{% endif %}"
+    names = {p: re.sub(r"\{%.*?%\}", "", p.name) for p in PROJECT_TEMPLATE.rglob("*")}
+    paths = [path for path, name in names.items() if name.endswith(".py")]
+    assert sum(name == "exporter.py" for name in names.values()) == len(SINKS), "one per sink"
     for path in paths:
         text = re.sub(r"\{([%#]).*?\1\}", "", path.read_text(encoding="utf-8"), flags=re.S)
         text = text.replace("{{ cookiecutter.exporter_class }}", "ZzExporter")
