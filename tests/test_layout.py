@@ -188,3 +188,12 @@ def test_every_template_path_is_one_a_windows_checkout_accepts() -> None:
     assert len(names) > 50, "the template was not found"
     bad = [name for name in names if WINDOWS_REFUSES & set(name.replace("/", ""))]
     assert not bad, bad
+
+
+def test_the_template_partials_are_text_for_common_files_not_project_files() -> None:
+    """A sink's files are conditional names in the project tree; ``template/templates/``
+    holds only the text common files include (a sink's metadata and README section)."""
+    partials = SRC.parents[1] / "template" / "templates"
+    suffixes = [p.suffix for p in partials.rglob("*") if p.is_file()]
+    assert len(suffixes) >= 2, "the partials were not found"
+    assert set(suffixes) == {".jinja", ".md"}

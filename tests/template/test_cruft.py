@@ -58,9 +58,9 @@ def test_cruft_create_check_and_update(tmp_path: Path) -> None:
     assert (project / "tests" / "sink_support.py").is_file()
     assert run([tool("cruft"), "check"], cwd=project, env=env).returncode == 0
 
-    # A change to a sink's own file (included into README.md) reaches the project too.
-    section = repo / "template" / "templates" / "sinks" / state["context"]["cookiecutter"]["sink"]
-    readme = section / "README.md"
+    # A change to a sink's README section (a partial README.md includes) reaches the project too.
+    sink = state["context"]["cookiecutter"]["sink"]
+    readme = repo / "template" / "templates" / "sinks" / f"{sink}.md"
     readme.write_text(readme.read_text("utf-8") + f"\n{IMPROVEMENT}\n", "utf-8")
     git(["commit", "--quiet", "-am", "improve the sink's README section"], repo, env)
     assert run([tool("cruft"), "check"], cwd=project, env=env).returncode != 0

@@ -101,9 +101,11 @@ EXTRA_FILES = {
 
 def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:
     assert files_of(baked) == sorted(COMMON_FILES + EXTRA_FILES.get(sink, []))
+    sources = template_sources(sink=sink)
+    assert sorted(sources) == files_of(baked), "template_sources renders unlike cookiecutter"
     own = {
         project_file: source
-        for project_file, source in template_sources(sink=sink).items()
+        for project_file, source in sources.items()
         if "cookiecutter.sink" in source.name
     }
     assert set(SINK_FILES) | set(EXTRA_FILES.get(sink, [])) == set(own)

@@ -17,9 +17,11 @@ from template_helpers import (
     ROOT,
     SINKS,
     TEMPLATE,
+    TEMPLATE_CONFIG,
     cookiecutter,
     files_of,
     generate,
+    template_sources,
 )
 
 pytestmark = pytest.mark.sink_independent
@@ -130,25 +132,54 @@ def test_interactive_from_the_repository_root(tmp_path: Path) -> None:
     assert (output / DEFAULT_SLUG / "src" / DEFAULT_PACKAGE / "exporter.py").is_file()
 
 
-INCLUDE = re.compile(r'"sinks/" ~ cookiecutter\.sink ~ "/([^"]+)"')
-"""How a project file names a file of the chosen sink's folder."""
+PARTIAL = re.compile(r'"sinks/" ~ cookiecutter\.sink ~ "(\.[a-z]+)"')
+"""How a common file names the chosen sink's partial in template/templates/sinks/."""
+SINK_CONDITION = re.compile(r"\{% if cookiecutter\.sink (?:== '(\w+)'|in \[([^\]]*)\]) %\}")
+"""A conditional name's test of the sink: ``== 'postgres'`` or ``in ['otlp', 'mlflow']``."""
 
 
-def test_every_sink_has_a_complete_folder_and_every_file_is_used() -> None:
-    """One folder per sink kind in ``cookiecutter.json``; a file no project file includes
-    would be dropped silently, and a file one includes must exist for every sink."""
-    project = TEMPLATE / "{{cookiecutter.project_slug}}"
+def test_every_sink_has_its_own_files_and_partials_and_each_is_used() -> None:
+    """Each sink of ``cookiecutter.json`` bakes the common sink file names from files of its
+    own and has both partials; a file of a sink not listed, or a partial no common file
+    includes, would be dropped silently."""
     used = {
-        name
-        for path in project.rglob("*")
+        suffix
+        for path in PROJECT_TEMPLATE.rglob("*")
         if path.is_file()
-        for name in INCLUDE.findall(path.read_text("utf-8"))
+        for suffix in PARTIAL.findall(path.read_text("utf-8"))
     }
-    assert used == {"README.md", "sink.jinja"}
-    assert sorted(p.name for p in PARTIALS_DIR.iterdir()) == sorted(SINKS)
+    assert used == {".jinja", ".md"}
+    partials = sorted(p.name for p in PARTIALS_DIR.iterdir())
+    assert partials == sorted(sink + suffix for sink in SINKS for suffix in used)
+    conditional = [p.name for p in PROJECT_TEMPLATE.rglob("*") if "cookiecutter.sink" in p.name]
+    assert [name for name in conditional if not SINK_CONDITION.search(name)] == []
+    named = set()
+    for name in conditional:
+        for one, several in SINK_CONDITION.findall(name):
+            named |= {one} if one else set(re.findall(r"'(\w+)'", several))
+    assert named == set(SINKS)
+    common = {
+        f"src/{DEFAULT_PACKAGE}/exporter.py",
+        "tests/sink_support.py",
+        "tests/test_exporter.py",
+    }
     for sink in SINKS:
-        files = {p.name for p in (PARTIALS_DIR / sink).iterdir() if p.name != "__pycache__"}
-        assert files == used, f"template/templates/sinks/{sink}/"
+        own = {
+            name
+            for name, source in template_sources(sink=sink).items()
+            if "cookiecutter.sink" in source.name
+        }
+        assert common <= own, sink
+
+
+@pytest.mark.parametrize("license", TEMPLATE_CONFIG["license"])
+def test_every_answer_bakes_each_path_from_one_file(license: str) -> None:
+    """Of the files that render to one name (a sink's exporter.py, a license's LICENSE)
+    exactly one is kept for any answers; ``template_sources`` fails on two."""
+    for sink in SINKS:
+        sources = template_sources(sink=sink, license=license)
+        assert f"'{license}'" in sources["LICENSE"].name
+        assert f"'{sink}'" in sources["tests/test_exporter.py"].name
 
 
 def test_there_is_no_post_generation_hook() -> None:
