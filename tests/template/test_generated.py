@@ -160,7 +160,7 @@ def test_runtime_dependencies_cover_what_src_imports(baked: Path) -> None:
     }
     assert not undeclared, (
         f"src imports modules no declared dependency provides ({undeclared}, module: the "
-        "distributions that provide it); add one to dependencies in the sink's sink.jinja"
+        "distributions that provide it); add one to dependencies in template/templates/sinks/<sink>.jinja"
     )
     assert "traceml-exporter-sdk[testing]" in pyproject["dependency-groups"]["test"]
 
