@@ -182,11 +182,11 @@ def test_backfill_events_json_fast_equals_careful(events: Any, sort_keys: bool) 
     except (TypeError, ValueError):
         return
     fast = outcome(text)
-    careful_fast, _sqlite_rows._FAST_EVENTS = _sqlite_rows._FAST_EVENTS, None
+    careful_fast, _sqlite_rows._FAST_DECODE = _sqlite_rows._FAST_DECODE, None
     try:
         careful = outcome(text)
     finally:
-        _sqlite_rows._FAST_EVENTS = careful_fast
+        _sqlite_rows._FAST_DECODE = careful_fast
     assert fast == careful
 
 

@@ -4,8 +4,8 @@ SQLite keeps whatever type a value was given, so every value is coerced exactly
 as the payload path coerces the field it came from (``_projection.py``): text in
 ``rank`` is parsed as an identity int is, a REAL ``timestamp_unix_ns`` or a BLOB
 ``step`` becomes None, ``events_json`` is decoded (integers exact however long)
-and normalised as the payload's events map is. A row whose column types are the
-record's own is built as it is (the usual case); any other goes through the
+and normalised as the payload's events map is. A row whose values are of the
+record's types is built as it is (the usual case); any other goes through the
 per-field coercers, which give the same values for those rows.
 
 A row that cannot become a record (``events_json`` that is not a JSON object,
@@ -47,22 +47,42 @@ BadRowSink = Callable[[int, str], None]
 
 class RowConverter:
     """Turns rows ``(id, *columns)`` of one stream's table, read in the record's
-    column order (``events_json`` last for step_time), into records."""
+    column order (``events_json`` last for step_time), into records.
 
-    __slots__ = ("_build", "_coercers", "_exact", "_flags", "_is_step_time", "stream")
+    A row whose values are all of their fields' types (NULL where a field may be
+    None; a flag 0 or 1; a line not empty) is built as it is: the coercers would
+    give each value itself. Which tuples of value types are such is learnt once
+    per tuple seen. ``trust_types=False`` coerces every row (the reference the
+    tests hold the other to).
+    """
 
-    def __init__(self, stream: str) -> None:
+    __slots__ = (
+        "_allowed",
+        "_build",
+        "_check_values",
+        "_coercers",
+        "_flags",
+        "_is_step_time",
+        "_known",
+        "_trust",
+        "stream",
+    )
+
+    def __init__(self, stream: str, *, trust_types: bool = True) -> None:
         self.stream = stream
         self._build = builder(RECORD_TYPE_BY_STREAM[stream])
         self._coercers = _COERCERS[stream]
-        self._exact = _exact_signatures(stream)
+        self._allowed = _allowed_types(stream)
         self._flags = _FLAG_INDEXES[stream]
+        self._check_values = bool(self._flags) or stream == "stdout_stderr"
+        self._known: dict[tuple[type[Any], ...], bool] = {}
+        self._trust = trust_types
         self._is_step_time = stream == "step_time"
 
     def records(self, rows: Sequence[tuple[Any, ...]], bad: BadRowSink) -> list[Record]:
         """The records of ``rows``, in order; each row that does not fit goes to ``bad``."""
-        build, coercers, exact = self._build, self._coercers, self._exact
-        is_step_time = self._is_step_time
+        build, coercers, known = self._build, self._coercers, self._known
+        is_step_time, check_values = self._is_step_time, self._check_values
         records: list[Record] = []
         append = records.append
         for row in rows:
@@ -75,7 +95,11 @@ class RowConverter:
                     values = row[1:-1]
                 else:
                     values = row[1:]
-                if tuple(map(type, values)) not in exact or not self._flags_exact(values):
+                types = tuple(map(type, values))
+                exact = known.get(types)
+                if exact is None:
+                    exact = self._learn(types)
+                if not exact or (check_values and not self._values_exact(values)):
                     values = _coerce(coercers, values)
                 if is_step_time:
                     append(build(*values, events))
@@ -87,31 +111,34 @@ class RowConverter:
                 bad(row[0], f"cannot be coerced: {type(exc).__name__}")
         return records
 
-    def _flags_exact(self, values: tuple[Any, ...]) -> bool:
-        """A stored 0/1 flag is exact only when it is 0 or 1; a line only when not empty."""
+    def _learn(self, types: tuple[type[Any], ...]) -> bool:
+        """Whether rows of these value types may be taken as they are; remembered."""
+        exact = self._trust and all(
+            kind in allowed for kind, allowed in zip(types, self._allowed, strict=True)
+        )
+        if len(self._known) < MAX_KNOWN:
+            self._known[types] = exact
+        return exact
+
+    def _values_exact(self, values: tuple[Any, ...]) -> bool:
+        """A stored flag is exact only when it is 0 or 1; a line only when not empty."""
         for index in self._flags:
             if values[index] not in (0, 1, None):
                 return False
         return self.stream != "stdout_stderr" or bool(values[-1])
 
 
-def _msgspec_events() -> Callable[[str], dict[str, Any]] | None:
-    """With msgspec: text -> the normalised events map, built in C; raises on
-    anything the careful decoding below might read differently."""
+def _msgspec_decode() -> tuple[Callable[[str], Any], Callable[[Any], Any]] | None:
+    """With msgspec: (text -> typed events map, typed map -> builtins), both in C;
+    ``decode`` raises on anything the careful decoding below might read differently."""
     try:
         types = importlib.import_module("traceml_exporter_sdk._step_structs")
     except ImportError:
         return None
-    decode, to_builtins = types.decode_events, types.to_builtins
-
-    def decode_map(text: str) -> dict[str, Any]:
-        value: dict[str, Any] = drop_deviceless(to_builtins(decode(text)))
-        return value
-
-    return decode_map
+    return types.decode_events, types.to_builtins
 
 
-_FAST_EVENTS = _msgspec_events()
+_FAST_DECODE = _msgspec_decode()
 
 
 def _events(text: Any) -> dict[str, Any] | str:
@@ -121,11 +148,14 @@ def _events(text: Any) -> dict[str, Any] | str:
     keeps is ``n_calls``, so a float there sends the text to ``json``, which keeps
     integers exact (a float field gets the same float either way).
     """
-    if _FAST_EVENTS is not None and type(text) is str:
+    if _FAST_DECODE is not None and type(text) is str:
+        decode, to_builtins = _FAST_DECODE
         try:
-            return _FAST_EVENTS(text)
+            value: dict[str, Any] = to_builtins(decode(text))
         except Exception:  # noqa: S110 - the careful decoding decides
             pass
+        else:
+            return drop_deviceless(value) if {} in value.values() else value
     if type(text) is not str:
         if type(text) is not bytes:
             return f"events_json is {type(text).__name__}, not JSON text"
@@ -235,36 +265,26 @@ def _coercers(record_type: type[Record]) -> tuple[Callable[[Any], Any], ...]:
 _COERCERS: dict[str, tuple[Callable[[Any], Any], ...]] = {
     t.STREAM: _coercers(t) for t in RECORD_TYPES
 }
+MAX_KNOWN = 256
+"""Type tuples remembered per converter (a table of hostile rows may show many)."""
 _NONE = type(None)
-_EXACT: dict[str, frozenset[tuple[type[Any], ...]]] = {}
 
 
-def _exact_signatures(stream: str) -> frozenset[tuple[type[Any], ...]]:
-    """Column type tuples a row may have to be taken as it is (ints, floats, text as typed).
-
-    Only the all-present and the usual NULL patterns are listed; any other row
-    goes through the coercers, which give the same values for these.
-    """
-    if stream in _EXACT:
-        return _EXACT[stream]
+def _allowed_types(stream: str) -> tuple[frozenset[type[Any]], ...]:
+    """Per column but ``events``: the value types taken as they are (NoneType where
+    the field may be None, but never for a line)."""
     record_type = RECORD_TYPE_BY_STREAM[stream]
     hints = _field_hints(record_type)
-    base: list[type[Any]] = []
-    nullable: list[bool] = []
+    allowed = []
     for name in record_type.COLUMNS:
         if name == "events":
             continue
         hint = hints[name]
-        base.append({"int": int, "float": float, "str": str}[hint.split(" ")[0]])
-        nullable.append("None" in hint and name != "line")
-    signatures = {tuple(base)}
-    # One NULL at a time, and every nullable column NULL: the shapes real tables have.
-    for i, can in enumerate(nullable):
-        if can:
-            signatures.add(tuple(_NONE if j == i else t for j, t in enumerate(base)))
-    signatures.add(tuple(_NONE if can else t for t, can in zip(base, nullable, strict=True)))
-    _EXACT[stream] = frozenset(signatures)
-    return _EXACT[stream]
+        kinds: set[type[Any]] = {{"int": int, "float": float, "str": str}[hint.split(" ")[0]]}
+        if "None" in hint and name != "line":
+            kinds.add(_NONE)
+        allowed.append(frozenset(kinds))
+    return tuple(allowed)
 
 
 _FLAG_INDEXES: dict[str, tuple[int, ...]] = {
