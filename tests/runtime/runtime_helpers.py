@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import payloads
+from payloads import envelope as build_envelope
 from traceml_exporter_sdk import ExporterContext
 
 T0 = 1_750_000_000_000_000_000
@@ -21,7 +21,7 @@ EVENT = "_traceml_internal:forward_time"
 
 
 envelope = functools.partial(
-    payloads.envelope, ranks_per_node=8, world_size=64, hostname="node-a", timestamp=T0
+    build_envelope, ranks_per_node=8, world_size=64, hostname="node-a", timestamp=T0
 )
 """An envelope of this suite's cluster: 64 ranks, 8 a node, every one on host ``node-a``
 (``omit=("hostname",)``: a rank that sends none)."""
