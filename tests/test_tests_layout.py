@@ -47,3 +47,62 @@ def test_the_reader_sees_an_import_of_a_test_module(tmp_path: Path) -> None:
     (tmp_path / "test_a.py").write_text("def helper():\n    pass\n", "utf-8")
     (tmp_path / "test_b.py").write_text("def f():\n    from test_a import helper\n", "utf-8")
     assert imported_names(tmp_path / "test_b.py") & names_of_test_modules(tmp_path) == {"test_a"}
+
+
+# -- one payload builder ----------------------------------------------------------
+
+BUILDER = TESTS / "payloads.py"
+META_NAMES = {"meta", "_meta"}
+META_KEYS = {"world_size", "local_world_size", "node_rank", "timestamp"}
+"""Keys only an envelope's meta holds together (records say ``timestamp_unix_ns``)."""
+
+
+def meta_builders(path: Path) -> list[str]:
+    """Where ``path`` builds an envelope's meta itself: ``def meta``/``def _meta``, or a
+    ``{...}`` or ``dict(...)`` holding the meta keys."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        keys: set[object] = set()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in META_NAMES:
+            found.append(f"line {node.lineno}: def {node.name}")
+        elif isinstance(node, ast.Dict):
+            keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "dict"
+        ):
+            keys = {k.arg for k in node.keywords}
+        if keys >= META_KEYS:
+            found.append(f"line {node.lineno}: a meta dict")
+    return found
+
+
+def test_only_the_payload_builder_builds_meta() -> None:
+    """Every envelope meta in tests/ comes from tests/payloads.py, so its shape and
+    keyword-only arguments are the only ones (issue 19: six copies, two argument orders)."""
+    assert meta_builders(BUILDER), f"the reader sees no meta builder in {BUILDER}"
+    modules = sorted(p for p in TESTS.rglob("*.py") if p != BUILDER)
+    assert len(modules) > 50, f"only {len(modules)} modules under {TESTS}"
+    offenders = {str(p.relative_to(TESTS)): meta_builders(p) for p in modules}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_reader_sees_a_copy_of_the_meta_builder(tmp_path: Path) -> None:
+    copy = tmp_path / "copy.py"
+    copy.write_text(
+        "def _meta(rank, sampler):\n    return {}\n"
+        "def shape(rank):\n"
+        "    a = {'rank': rank, 'world_size': 4, 'local_world_size': 2, 'node_rank': 0,"
+        " 'timestamp': 1}\n"
+        "    return dict(world_size=4, local_world_size=2, node_rank=0, timestamp=1, **a)\n"
+        "def record():\n"
+        "    return {'world_size': 4, 'local_world_size': 2, 'node_rank': 0,"
+        " 'timestamp_unix_ns': 1}\n",
+        "utf-8",
+    )
+    assert meta_builders(copy) == [
+        "line 1: def _meta",
+        "line 4: a meta dict",
+        "line 5: a meta dict",
+    ]

@@ -36,6 +36,7 @@ from traceml_exporter_sdk import ExporterContext, ExportWorker, records_from_pay
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import one_file_exporter
 from _smoke import SMOKE, scaled, summary, verdict
+from payloads import meta
 
 RANKS = 64
 STEPS_PER_TICK = 8  # 4 steps/s at TraceML's default 2 s sampler interval
@@ -54,19 +55,18 @@ STALL_QUEUE = 256
 Batch = list[Any]
 
 
-def _meta(rank: int, sampler: str, t_ns: int) -> dict[str, Any]:
-    return {
-        "rank": rank,
-        "global_rank": rank,
-        "local_rank": rank % 8,
-        "world_size": RANKS,
-        "local_world_size": 8,
-        "node_rank": rank // 8,
-        "hostname": f"node-{rank // 8:03d}",
-        "pid": 4000 + rank,
-        "sampler": sampler,
-        "timestamp": t_ns,
-    }
+def rank_meta(*, rank: int, sampler: str, t_ns: int, **extra: Any) -> dict[str, Any]:
+    """The meta ``rank`` sends: 8 ranks a node, hosts ``node-000`` on."""
+    return meta(
+        sampler=sampler,
+        rank=rank,
+        timestamp=t_ns,
+        ranks_per_node=8,
+        world_size=RANKS,
+        hostname=f"node-{rank // 8:03d}",
+        pid=4000 + rank,
+        **extra,
+    )
 
 
 def _events(rng: random.Random) -> dict[str, Any]:
@@ -93,7 +93,10 @@ def step_time_payload(rank: int, tick: int, steps: int, rng: random.Random) -> l
         for i in range(steps)
     ]
     return [
-        {"meta": _meta(rank, "StepTimeSampler", t_ns), "body": {"tables": {"StepTimeTable": rows}}}
+        {
+            "meta": rank_meta(rank=rank, sampler="StepTimeSampler", t_ns=t_ns),
+            "body": {"tables": {"StepTimeTable": rows}},
+        }
     ]
 
 
@@ -103,7 +106,7 @@ def mixed_payload(rank: int, tick: int, rng: random.Random) -> list[Any]:
     payload = step_time_payload(rank, tick, STEPS_PER_TICK, rng)
     payload.append(
         {
-            "meta": _meta(rank, "StepMemorySampler", t_ns),
+            "meta": rank_meta(rank=rank, sampler="StepMemorySampler", t_ns=t_ns),
             "body": {
                 "tables": {
                     "step_memory": [
@@ -123,7 +126,7 @@ def mixed_payload(rank: int, tick: int, rng: random.Random) -> list[Any]:
     )
     payload.append(
         {
-            "meta": _meta(rank, "ProcessSampler", t_ns),
+            "meta": rank_meta(rank=rank, sampler="ProcessSampler", t_ns=t_ns),
             "body": {
                 "tables": {
                     "ProcessTable": [
@@ -152,7 +155,7 @@ def mixed_payload(rank: int, tick: int, rng: random.Random) -> list[Any]:
         gpu = [rng.uniform(0, 100), 3e9, 8e10, 61.0, 250.0, 400.0]
         payload.append(
             {
-                "meta": _meta(rank, "SystemSampler", t_ns),
+                "meta": rank_meta(rank=rank, sampler="SystemSampler", t_ns=t_ns),
                 "body": {
                     "tables": {
                         "SystemTable": [
@@ -174,7 +177,7 @@ def mixed_payload(rank: int, tick: int, rng: random.Random) -> list[Any]:
     if tick % 50 == 0:
         payload.append(
             {
-                "meta": _meta(rank, "RuntimeEnvironmentSampler", t_ns),
+                "meta": rank_meta(rank=rank, sampler="RuntimeEnvironmentSampler", t_ns=t_ns),
                 "body": {
                     "tables": {
                         "RuntimeEnvironmentTable": [
@@ -195,7 +198,7 @@ def mixed_payload(rank: int, tick: int, rng: random.Random) -> list[Any]:
         )
     payload.append(
         {
-            "meta": _meta(rank, "Stdout/Stderr", t_ns),
+            "meta": rank_meta(rank=rank, sampler="Stdout/Stderr", t_ns=t_ns),
             "body": {
                 "tables": {
                     "stdout_stderr": [

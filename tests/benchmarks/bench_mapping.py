@@ -37,12 +37,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from _smoke import scaled, summary, verdict
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the payloads builder
+from payloads import envelope
 from traceml_ai.aggregator.sqlite_writers import (
     process,
     runtime_environment,
@@ -69,6 +74,7 @@ WRITER_OF = {
     "process": process,
 }
 T0 = 1_760_000_000_000_000_000
+RUN_STAMP = {"session_id": "bench-session", "run_nonce": "5f1c2a", "session_source": "traceml run"}
 EVENTS = {
     "_traceml_internal:dataloader_next": 0.4,
     "_traceml_internal:forward_time": 3.1,
@@ -80,27 +86,21 @@ EVENTS = {
 Message = list[dict[str, Any]]
 
 
-def meta(rank: int, sampler: str, tick: int) -> dict[str, Any]:
-    """A rank's envelope meta, keys in the order a real run sends them."""
-    return {
-        "rank": rank,
-        "global_rank": rank,
-        "local_rank": rank % GPUS_PER_NODE,
-        "world_size": RANKS,
-        "local_world_size": GPUS_PER_NODE,
-        "node_rank": rank // GPUS_PER_NODE,
-        "hostname": f"gpu-node-{rank // GPUS_PER_NODE:02d}",
-        "pid": 40_000 + rank,
-        "sampler": sampler,
-        "timestamp": T0 + tick * 1_000_000_000 + rank,
-        "session_id": "bench-session",
-        "run_nonce": "5f1c2a",
-        "session_source": "traceml run",
-    }
-
-
-def message(rank: int, sampler: str, table: str, tick: int, rows: list[Any]) -> Message:
-    return [{"meta": meta(rank, sampler, tick), "body": {"tables": {table: rows}}}]
+def message(*, rank: int, sampler: str, table: str, tick: int, rows: list[Any]) -> Message:
+    """A rank's tick: one envelope, its meta keys in the order a real run sends them."""
+    item = envelope(
+        table=table,
+        rows=rows,
+        sampler=sampler,
+        rank=rank,
+        ranks_per_node=GPUS_PER_NODE,
+        world_size=RANKS,
+        hostname=f"gpu-node-{rank // GPUS_PER_NODE:02d}",
+        pid=40_000 + rank,
+        timestamp=T0 + tick * 1_000_000_000 + rank,
+        **RUN_STAMP,
+    )
+    return [item]
 
 
 def step_time_row(rank: int, step: int, tick: int) -> dict[str, Any]:
@@ -183,7 +183,7 @@ def messages_of(stream: str, per_envelope: int) -> list[Message]:
         steps = range(tick * per_envelope, min(STEPS, (tick + 1) * per_envelope))
         for rank in ranks:
             rows = [row(rank, step, tick) for step in steps]
-            out.append(message(rank, sampler, table, tick, rows))
+            out.append(message(rank=rank, sampler=sampler, table=table, tick=tick, rows=rows))
     return out
 
 

@@ -38,10 +38,10 @@ from traceml_exporter_sdk.testing import corpus_batches
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _smoke import scaled, summary, verdict
 from bench_export import (  # the workload of the export benchmark, shared
-    RANKS,
     STEPS_PER_TICK,
     build_batches,
     mixed_payload,
+    rank_meta,
     step_time_payload,
 )
 
@@ -65,17 +65,7 @@ def step_memory_payload(rank: int, tick: int, rng: random.Random) -> list[Any]:
         }
         for i in range(STEPS_PER_TICK)
     ]
-    meta = {
-        "rank": rank,
-        "global_rank": rank,
-        "local_rank": rank % 8,
-        "world_size": RANKS,
-        "local_world_size": 8,
-        "node_rank": rank // 8,
-        "hostname": f"node-{rank // 8:03d}",
-        "sampler": "StepMemorySampler",
-        "timestamp": t_ns,
-    }
+    meta = rank_meta(rank=rank, sampler="StepMemorySampler", t_ns=t_ns, omit=("pid",))
     return [{"meta": meta, "body": {"tables": {"step_memory": rows}}}]
 
 

@@ -43,6 +43,9 @@ import orjson
 from _smoke import scaled, verdict
 from traceml_exporter_sdk import ExporterContext, ExportWorker, StepTimeRecord, records_from_payload
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the payloads builder
+from payloads import meta
+
 RECORDS = scaled(1_000_000, 4_000)
 ROWS_PER_PAYLOAD = 10
 BACKFILL_ROWS = scaled(200_000, 2_000)
@@ -63,18 +66,14 @@ def payload(index: int, rows: int) -> list[dict[str, Any]]:
     first = (index // 2) * rows
     return [
         {
-            "meta": {
-                "rank": rank,
-                "global_rank": rank,
-                "local_rank": rank,
-                "world_size": 2,
-                "local_world_size": 2,
-                "node_rank": 0,
-                "hostname": "bench-host",
-                "pid": 4242 + rank,
-                "sampler": "StepTimeSampler",
-                "timestamp": 1_760_000_000_000_000_000 + index,
-            },
+            "meta": meta(
+                sampler="StepTimeSampler",
+                rank=rank,
+                world_size=2,
+                hostname="bench-host",
+                pid=4242 + rank,
+                timestamp=1_760_000_000_000_000_000 + index,
+            ),
             "body": {
                 "tables": {
                     "StepTimeTable": [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sqlite3
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from payloads import envelope as build_envelope
 from traceml_exporter_sdk import RECORD_TYPES
 from traceml_exporter_sdk._backfill import TABLE_BY_STREAM
 
@@ -65,29 +67,9 @@ def error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
 # -- payloads (wire-format.md) -------------------------------------------------
 
 
-def meta(
-    sampler: str, rank: int, *, hostname: str | None = "node-a", **extra: Any
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "rank": rank,
-        "global_rank": rank,
-        "local_rank": rank % 2,
-        "world_size": 4,
-        "local_world_size": 2,
-        "node_rank": rank // 2,
-        "hostname": hostname,
-        "pid": 1000 + rank,
-        "sampler": sampler,
-        "timestamp": 1_760_000_000_123_456_789,
-    }
-    out.update(extra)
-    return out
-
-
-def envelope(
-    sampler: str, rank: int, table: str, rows: list[Any], **meta_extra: Any
-) -> dict[str, Any]:
-    return {"meta": meta(sampler, rank, **meta_extra), "body": {"tables": {table: rows}}}
+envelope = functools.partial(build_envelope, hostname="node-a", timestamp=1_760_000_000_123_456_789)
+"""An envelope of this suite's cluster: the builder's two nodes of two ranks, every one on
+host ``node-a``."""
 
 
 EVENTS = {
@@ -111,7 +93,7 @@ def step_time_payload(rank: int, step: int) -> list[dict[str, Any]]:
         "step": step,
         "events": EVENTS,
     }
-    return [envelope("StepTimeSampler", rank, "StepTimeTable", [row])]
+    return [envelope(sampler="StepTimeSampler", rank=rank, table="StepTimeTable", rows=[row])]
 
 
 def all_stream_payloads() -> list[Any]:
@@ -121,10 +103,10 @@ def all_stream_payloads() -> list[Any]:
         payloads.append(
             [
                 envelope(
-                    "RuntimeEnvironmentSampler",
-                    rank,
-                    "RuntimeEnvironmentTable",
-                    [
+                    sampler="RuntimeEnvironmentSampler",
+                    rank=rank,
+                    table="RuntimeEnvironmentTable",
+                    rows=[
                         {
                             "ts": 1_760_000_000_000_000_001,
                             "seq": 0,
@@ -142,10 +124,10 @@ def all_stream_payloads() -> list[Any]:
         payloads.append(
             [
                 envelope(
-                    "SystemSampler",
-                    rank,
-                    "SystemTable",
-                    [
+                    sampler="SystemSampler",
+                    rank=rank,
+                    table="SystemTable",
+                    rows=[
                         {
                             "seq": 3,
                             "ts": 1_760_000_000_000_000_002,
@@ -166,10 +148,10 @@ def all_stream_payloads() -> list[Any]:
         payloads.append(
             [
                 envelope(
-                    "ProcessSampler",
-                    rank,
-                    "ProcessTable",
-                    [
+                    sampler="ProcessSampler",
+                    rank=rank,
+                    table="ProcessTable",
+                    rows=[
                         {
                             "seq": 4,
                             "ts": 1.5,  # float seconds: an older rank, no integer time
@@ -196,10 +178,10 @@ def all_stream_payloads() -> list[Any]:
         payloads.append(
             [
                 envelope(
-                    "StepMemorySampler",
-                    rank,
-                    "step_memory",
-                    [
+                    sampler="StepMemorySampler",
+                    rank=rank,
+                    table="step_memory",
+                    rows=[
                         {
                             "seq": 5,
                             "ts": 7,
@@ -215,10 +197,10 @@ def all_stream_payloads() -> list[Any]:
         payloads.append(
             [
                 envelope(
-                    "Stdout/Stderr",
-                    rank,
-                    "stdout_stderr",
-                    [{"line": "héllo \u2028 wörld\n"}, {"line": ""}, {"line": "loss=0.1"}],
+                    sampler="Stdout/Stderr",
+                    rank=rank,
+                    table="stdout_stderr",
+                    rows=[{"line": "héllo \u2028 wörld\n"}, {"line": ""}, {"line": "loss=0.1"}],
                 )
             ]
         )

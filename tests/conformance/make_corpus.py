@@ -28,6 +28,10 @@ from typing import Any
 
 from traceml_exporter_sdk.testing.corpus import HOSTILE_TEXT
 
+# tests/, for the payloads builder when this runs as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from payloads import envelope
+
 DATA = Path(__file__).resolve().parents[2] / "sdk" / "src" / "traceml_exporter_sdk" / "testing"
 OUT = DATA / "data" / "corpus.jsonl"
 HOSTILE_OUT = DATA / "data" / "hostile.jsonl"
@@ -45,34 +49,28 @@ EVENTS = (
 )
 NODES = {0: "node-a.cluster.local", 1: "node-b.cluster.local"}
 GiB = 1024**3
+RUN_STAMP = {
+    "session_id": "run-2025-11-27-ddp",
+    "run_nonce": "4f1c9e",
+    "session_source": "traceml run",
+}
 
 
-def meta(rank: int, sampler: str, ts: int | float) -> dict[str, Any]:
-    node = rank // 2
-    out: dict[str, Any] = {
-        "rank": rank,
-        "global_rank": rank,
-        "local_rank": rank % 2,
-        "world_size": 4,
-        "local_world_size": 2,
-        "node_rank": node,
-        "hostname": NODES[node],
-        "pid": 41000 + rank,
-        "sampler": sampler,
-        "timestamp": ts,
-        "session_id": "run-2025-11-27-ddp",
-        "run_nonce": "4f1c9e",
-        "session_source": "traceml run",
-    }
-    if rank == 3:
-        del out["hostname"]  # this rank sent no hostname: hostname is None
-    return out
-
-
-def envelope(
-    rank: int, sampler: str, ts: int | float, table: str, rows: list[Any]
+def rank_envelope(
+    *, rank: int, sampler: str, ts: int | float, table: str, rows: list[Any]
 ) -> dict[str, Any]:
-    return {"meta": meta(rank, sampler, ts), "body": {"tables": {table: rows}}}
+    """One envelope of ``rank`` stamped with the run; rank 3 sends no hostname (None)."""
+    return envelope(
+        table=table,
+        rows=rows,
+        sampler=sampler,
+        rank=rank,
+        timestamp=ts,
+        hostname=NODES[rank // 2],
+        pid=41000 + rank,
+        omit=("hostname",) if rank == 3 else (),
+        **RUN_STAMP,
+    )
 
 
 def stats(
@@ -127,12 +125,12 @@ def tick(rank: int, step: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if step == 0:
         out.append(
-            envelope(
-                rank,
-                "RuntimeEnvironmentSampler",
-                ts,
-                "RuntimeEnvironmentTable",
-                [
+            rank_envelope(
+                rank=rank,
+                sampler="RuntimeEnvironmentSampler",
+                ts=ts,
+                table="RuntimeEnvironmentTable",
+                rows=[
                     {
                         "ts": ts,
                         "seq": 0,
@@ -164,12 +162,12 @@ def tick(rank: int, step: int) -> list[dict[str, Any]]:
                 gpus.append([50.0, 1.0 * GiB, 80.0 * GiB, 55.0, 200.0, 700.0])
             available, count = True, sum(isinstance(gpu, list) for gpu in gpus)
         out.append(
-            envelope(
-                rank,
-                "SystemSampler",
-                ts,
-                "SystemTable",
-                [
+            rank_envelope(
+                rank=rank,
+                sampler="SystemSampler",
+                ts=ts,
+                table="SystemTable",
+                rows=[
                     {
                         "seq": seq,
                         "ts": ts,
@@ -187,12 +185,12 @@ def tick(rank: int, step: int) -> list[dict[str, Any]]:
         seq = step // 2
         first = seq == 0
         out.append(
-            envelope(
-                rank,
-                "ProcessSampler",
-                ts,
-                "ProcessTable",
-                [
+            rank_envelope(
+                rank=rank,
+                sampler="ProcessSampler",
+                ts=ts,
+                table="ProcessTable",
+                rows=[
                     {
                         "seq": seq,
                         "ts": ts,
@@ -234,7 +232,11 @@ def tick(rank: int, step: int) -> list[dict[str, Any]]:
                     "events": step_events(rank, 5),
                 }
             )
-        out.append(envelope(rank, "StepTimeSampler", ts, "StepTimeTable", rows))
+        out.append(
+            rank_envelope(
+                rank=rank, sampler="StepTimeSampler", ts=ts, table="StepTimeTable", rows=rows
+            )
+        )
         mem_rows: list[dict[str, Any]] = [
             {
                 "seq": step,
@@ -257,15 +259,19 @@ def tick(rank: int, step: int) -> list[dict[str, Any]]:
                     "peak_resv": None,
                 }
             )
-        out.append(envelope(rank, "StepMemorySampler", ts, "step_memory", mem_rows))
+        out.append(
+            rank_envelope(
+                rank=rank, sampler="StepMemorySampler", ts=ts, table="step_memory", rows=mem_rows
+            )
+        )
     if rank in (0, 2):
         out.append(
-            envelope(
-                rank,
-                "Stdout/Stderr",
-                ts + 500,
-                "stdout_stderr",
-                [{"line": line} for line in stdout_lines(rank, step)],
+            rank_envelope(
+                rank=rank,
+                sampler="Stdout/Stderr",
+                ts=ts + 500,
+                table="stdout_stderr",
+                rows=[{"line": line} for line in stdout_lines(rank, step)],
             )
         )
     return out
@@ -280,7 +286,9 @@ def hostile_payloads() -> list[list[dict[str, Any]]]:
     """One message of rank 2 whose stdout lines are the hostile texts, in order."""
     ts = T0 + STEPS * STEP_NS
     rows = [{"line": text} for text in HOSTILE_TEXT]
-    return [[envelope(2, "Stdout/Stderr", ts, "stdout_stderr", rows)]]
+    return [
+        [rank_envelope(rank=2, sampler="Stdout/Stderr", ts=ts, table="stdout_stderr", rows=rows)]
+    ]
 
 
 def render(messages: list[list[dict[str, Any]]] | None = None) -> str:

@@ -172,43 +172,29 @@ def corpus_records_050() -> list[list[Record]]:
 
 def step_records(first: int, count: int, *, rank: int = 0, observed: int = 1) -> list[Record]:
     """``count`` StepTimeRecords of one rank, steps ``first`` on (0.5.0's float seconds)."""
+    from payloads import envelope
     from traceml_exporter_sdk import records_from_payload
 
-    envelope = {
-        "meta": {
-            "rank": rank,
-            "global_rank": rank,
-            "local_rank": 0,
-            "world_size": 1,
-            "local_world_size": 1,
-            "node_rank": 0,
-            "hostname": "vm",
-            "pid": 1,
-            "sampler": "StepTimeSampler",
-            "timestamp": 1_764_230_400.5,
-        },
-        "body": {
-            "tables": {
-                "StepTimeTable": [
-                    {
-                        "seq": step,
-                        "timestamp": 1_764_230_400.5 + step,
-                        "step": step,
-                        "events": {
-                            "_traceml_internal:step_time": {
-                                "cpu": {
-                                    "is_gpu": False,
-                                    "duration_ms": 1.5,
-                                    "cpu_ms": 1.5,
-                                    "gpu_ms": None,
-                                    "n_calls": 1,
-                                }
-                            }
-                        },
-                    }
-                    for step in range(first, first + count)
-                ]
-            }
-        },
-    }
-    return records_from_payload(envelope, observed_timestamp_unix_ns=observed).records
+    stats = {"is_gpu": False, "duration_ms": 1.5, "cpu_ms": 1.5, "gpu_ms": None, "n_calls": 1}
+    rows = [
+        {
+            "seq": step,
+            "timestamp": 1_764_230_400.5 + step,
+            "step": step,
+            "events": {"_traceml_internal:step_time": {"cpu": stats}},
+        }
+        for step in range(first, first + count)
+    ]
+    # one rank alone on a VM, sending float seconds as 0.5.0 does
+    item = envelope(
+        table="StepTimeTable",
+        rows=rows,
+        sampler="StepTimeSampler",
+        rank=rank,
+        ranks_per_node=1,
+        world_size=1,
+        hostname="vm",
+        pid=1,
+        timestamp=1_764_230_400.5,
+    )
+    return records_from_payload(item, observed_timestamp_unix_ns=observed).records

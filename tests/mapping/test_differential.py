@@ -42,6 +42,7 @@ from oracle import (
     reference,
     same,
 )
+from payloads import meta
 from traceml_exporter_sdk import records_from_payload
 from traceml_exporter_sdk._projection import TABLE_RECORDS
 
@@ -58,21 +59,22 @@ def test_well_formed_envelopes_match_traceml_0_5_0(kinds: list[str], data: st.Da
     """Envelopes of the right shape (canonical, one table, rows of their sampler)."""
     payload = []
     for kind in kinds:
-        meta = {
-            "rank": data.draw(st.integers(0, 63)),
-            "global_rank": data.draw(st.integers(0, 63)),
-            "local_rank": data.draw(st.integers(0, 7)),
-            "world_size": 64,
-            "local_world_size": 8,
-            "node_rank": data.draw(st.integers(0, 7)),
-            "hostname": data.draw(st.sampled_from(["node-0", "node-1"])),
-            "pid": data.draw(st.integers(1, 2**22)),
-            "sampler": kind,
-            "timestamp": data.draw(st.one_of(st.integers(0, 2**62), st.floats(1.6e9, 1.8e9))),
-        }
+        # each rank field drawn on its own: the projection must not assume they agree
+        rank_meta = meta(
+            sampler=kind,
+            rank=data.draw(st.integers(0, 63)),
+            global_rank=data.draw(st.integers(0, 63)),
+            local_rank=data.draw(st.integers(0, 7)),
+            world_size=64,
+            ranks_per_node=8,
+            node_rank=data.draw(st.integers(0, 7)),
+            hostname=data.draw(st.sampled_from(["node-0", "node-1"])),
+            pid=data.draw(st.integers(1, 2**22)),
+            timestamp=data.draw(st.one_of(st.integers(0, 2**62), st.floats(1.6e9, 1.8e9))),
+        )
         table = "RuntimeEnvironmentTable" if kind == "RuntimeEnvironmentSampler" else kind
         rows = data.draw(st.lists(ROWS[kind], max_size=4))
-        payload.append({"meta": meta, "body": {"tables": {table: rows}}})
+        payload.append({"meta": rank_meta, "body": {"tables": {table: rows}}})
     assert_matches_reference(payload)
 
 
@@ -96,20 +98,15 @@ def test_realistic_payload_matches() -> None:
 
     payload = []
     for rank in range(2):
-        meta = {
+        shape: dict[str, Any] = {
             "rank": rank,
-            "global_rank": rank,
-            "local_rank": rank,
             "world_size": 2,
-            "local_world_size": 2,
-            "node_rank": 0,
             "hostname": "host",
             "pid": 100 + rank,
-            "timestamp": 1.7e9,
         }
         payload += [
             {
-                "meta": {**meta, "sampler": "StepTimeSampler"},
+                "meta": meta(sampler="StepTimeSampler", timestamp=1.7e9, **shape),
                 "body": {
                     "tables": {
                         "StepTimeTable": [
@@ -125,7 +122,7 @@ def test_realistic_payload_matches() -> None:
                 },
             },
             {
-                "meta": {**meta, "sampler": "SystemSampler"},
+                "meta": meta(sampler="SystemSampler", timestamp=1.7e9, **shape),
                 "body": {
                     "tables": {
                         "SystemTable": [

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from payloads import T0, envelope, meta
 from traceml_exporter_sdk import (
     ProcessRecord,
     RuntimeEnvironmentRecord,
@@ -35,32 +36,11 @@ ALL_STREAMS = [
     "runtime_environment",
     "stdout_stderr",
 ]
-NS = 1_700_000_000_000_000_000
+NS = T0
 FORWARD = "_traceml_internal:forward_time"
 
 
 # -- payload builders ------------------------------------------------------------
-
-
-def meta(sampler: str, rank: int = 0, **extra: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "rank": rank,
-        "global_rank": rank,
-        "local_rank": rank % 2,
-        "world_size": 4,
-        "local_world_size": 2,
-        "node_rank": rank // 2,
-        "hostname": f"node-{rank // 2}",
-        "pid": 1000 + rank,
-        "sampler": sampler,
-        "timestamp": NS,
-    }
-    out.update(extra)
-    return out
-
-
-def envelope(sampler: str, rows: list[Any], rank: int = 0, table: str = "T") -> dict[str, Any]:
-    return {"meta": meta(sampler, rank), "body": {"tables": {table: rows}}}
 
 
 def step_row(step: int, seq: int = 0, **extra: Any) -> dict[str, Any]:
@@ -113,7 +93,9 @@ def process_row(seq: int, **extra: Any) -> dict[str, Any]:
 
 
 def runtime_envelope(rank: int = 0, **row: Any) -> dict[str, Any]:
-    return envelope("RuntimeEnvironmentSampler", [row], rank, table="RuntimeEnvironmentTable")
+    return envelope(
+        sampler="RuntimeEnvironmentSampler", rows=[row], rank=rank, table="RuntimeEnvironmentTable"
+    )
 
 
 def kinds(records: list[Any]) -> list[tuple[str, Any]]:
@@ -135,12 +117,12 @@ def kinds(records: list[Any]) -> list[tuple[str, Any]]:
 
 def mixed_payload() -> list[dict[str, Any]]:
     return [
-        envelope("StepTimeSampler", [step_row(1), step_row(2)], rank=0),
-        envelope("SystemSampler", [system_row(5, [gpu(), gpu()])], rank=0),
-        envelope("ProcessSampler", [process_row(6)], rank=1),
-        envelope("StepMemorySampler", [memory_row(1)], rank=1),
+        envelope(sampler="StepTimeSampler", rows=[step_row(1), step_row(2)], rank=0),
+        envelope(sampler="SystemSampler", rows=[system_row(5, [gpu(), gpu()])], rank=0),
+        envelope(sampler="ProcessSampler", rows=[process_row(6)], rank=1),
+        envelope(sampler="StepMemorySampler", rows=[memory_row(1)], rank=1),
         runtime_envelope(rank=1, topology="ddp"),
-        envelope("Stdout/Stderr", [{"line": "hello"}], rank=1),
+        envelope(sampler="Stdout/Stderr", rows=[{"line": "hello"}], rank=1),
     ]
 
 
@@ -249,10 +231,12 @@ def test_observed_stamp_is_taken_once_per_envelope(monkeypatch: pytest.MonkeyPat
     fake = FakeTime()
     monkeypatch.setattr(mapping_module, "time", fake)
     payload = [
-        envelope("StepTimeSampler", [step_row(1), step_row(2), step_row(3)], rank=0),
-        envelope("SystemSampler", [system_row(1, [gpu(), gpu()]), system_row(2, [gpu()])]),
-        envelope("StepTimeSampler", [step_row(1)], rank=1),
-        envelope("Stdout/Stderr", [{"line": "a"}, {"line": "b"}], rank=1),
+        envelope(sampler="StepTimeSampler", rows=[step_row(1), step_row(2), step_row(3)], rank=0),
+        envelope(
+            sampler="SystemSampler", rows=[system_row(1, [gpu(), gpu()]), system_row(2, [gpu()])]
+        ),
+        envelope(sampler="StepTimeSampler", rows=[step_row(1)], rank=1),
+        envelope(sampler="Stdout/Stderr", rows=[{"line": "a"}, {"line": "b"}], rank=1),
     ]
     batch = records_from_payload(payload)
     assert fake.calls == 4
@@ -293,11 +277,11 @@ def test_only_selected_streams_are_built(streams: set[str], expected: list[Any])
 
 def broken_system_envelope() -> dict[str, Any]:
     # float(10**400) raises OverflowError: the system projection fails.
-    return envelope("SystemSampler", [system_row(1, [gpu(), gpu(10**400)])])
+    return envelope(sampler="SystemSampler", rows=[system_row(1, [gpu(), gpu(10**400)])])
 
 
 def test_unselected_failing_projection_is_neither_run_nor_counted() -> None:
-    payload = [envelope("StepTimeSampler", [step_row(1)]), broken_system_envelope()]
+    payload = [envelope(sampler="StepTimeSampler", rows=[step_row(1)]), broken_system_envelope()]
     batch = records_from_payload(payload, observed_timestamp_unix_ns=1, streams={"step_time"})
     assert kinds(batch.records) == [("step_time", (0, 1))]
     assert batch.skipped == 0
@@ -317,8 +301,8 @@ def test_unselected_rows_that_do_not_fit_are_not_counted(monkeypatch: pytest.Mon
     )
     monkeypatch.setitem(projection_module.PROJECTION_BY_SAMPLER, "SystemSampler", patched)
     payload = [
-        envelope("SystemSampler", [system_row(1, [])]),
-        envelope("StepTimeSampler", [step_row(1)]),
+        envelope(sampler="SystemSampler", rows=[system_row(1, [])]),
+        envelope(sampler="StepTimeSampler", rows=[step_row(1)]),
     ]
     assert (
         records_from_payload(payload, observed_timestamp_unix_ns=1, streams={"step_time"}).skipped
@@ -346,20 +330,21 @@ class RaisingGet(dict[str, Any]):
         "StepTimeSampler",
         b"{}",
         [],
-        [envelope("StepTimeSampler", [step_row(1)])],  # a nested list is not an envelope
+        # a nested list is not an envelope
+        [envelope(sampler="StepTimeSampler", rows=[step_row(1)])],
         {},
-        {"meta": meta("StepTimeSampler")},  # canonical without body, no flat tables
-        {"meta": meta("StepTimeSampler"), "body": [1]},
+        {"meta": meta(sampler="StepTimeSampler")},  # canonical without body, no flat tables
+        {"meta": meta(sampler="StepTimeSampler"), "body": [1]},
         {"meta": [1], "body": {"tables": {"T": [step_row(1)]}}},
         {"body": {"tables": {"T": [step_row(1)]}}},
-        {**meta("StepTimeSampler"), "tables": [step_row(1)]},  # flat, tables not a mapping
-        RaisingGet(meta=meta("StepTimeSampler")),  # fails in another way
+        {**meta(sampler="StepTimeSampler"), "tables": [step_row(1)]},  # flat, tables not a mapping
+        RaisingGet(meta=meta(sampler="StepTimeSampler")),  # fails in another way
         {"meta": RaisingGet(), "body": {"tables": {"T": [step_row(1)]}}},
     ],
     ids=repr,
 )
 def test_item_that_does_not_normalise_counts_once(item: Any) -> None:
-    good = envelope("StepTimeSampler", [step_row(1)])
+    good = envelope(sampler="StepTimeSampler", rows=[step_row(1)])
     batch = records_from_payload([good, item, good], observed_timestamp_unix_ns=1)
     assert kinds(batch.records) == [("step_time", (0, 1)), ("step_time", (0, 1))]
     assert batch.skipped == 1
@@ -397,11 +382,11 @@ class BadStr:
 
 def test_projection_that_raises_loses_all_rows_of_its_envelope_once() -> None:
     bad_memory = envelope(
-        "StepMemorySampler",
-        [memory_row(1), memory_row(2, peak_alloc=10**400), memory_row(3, peak_resv=10**400)],
+        sampler="StepMemorySampler",
+        rows=[memory_row(1), memory_row(2, peak_alloc=10**400), memory_row(3, peak_resv=10**400)],
         rank=2,
     )
-    payload = [envelope("StepMemorySampler", [memory_row(1)], rank=1), bad_memory]
+    payload = [envelope(sampler="StepMemorySampler", rows=[memory_row(1)], rank=1), bad_memory]
     batch = records_from_payload(payload, observed_timestamp_unix_ns=1)
     assert kinds(batch.records) == [("step_memory", (1, 1))]
     assert batch.skipped == 1
@@ -409,7 +394,10 @@ def test_projection_that_raises_loses_all_rows_of_its_envelope_once() -> None:
 
 def test_system_projection_that_raises_loses_snapshot_and_its_gpus() -> None:
     rows = [system_row(1, [gpu(), gpu()]), system_row(2, [gpu(), gpu(10**400), gpu(10**400)])]
-    payload = [envelope("SystemSampler", rows), envelope("SystemSampler", [system_row(3, [gpu()])])]
+    payload = [
+        envelope(sampler="SystemSampler", rows=rows),
+        envelope(sampler="SystemSampler", rows=[system_row(3, [gpu()])]),
+    ]
     batch = records_from_payload(payload, observed_timestamp_unix_ns=1)
     assert kinds(batch.records) == [("system", 3), ("system_gpu", (3, 0))]
     assert batch.skipped == 1
@@ -417,8 +405,8 @@ def test_system_projection_that_raises_loses_snapshot_and_its_gpus() -> None:
 
 def test_events_key_whose_str_raises_fails_the_step_time_projection() -> None:
     bad = step_row(2, events={BadStr(): {"cpu": {"cpu_ms": 1.0}}})
-    payload = [envelope("StepTimeSampler", [step_row(1), bad, step_row(3)], rank=0)]
-    payload.append(envelope("StepTimeSampler", [step_row(4)], rank=1))
+    payload = [envelope(sampler="StepTimeSampler", rows=[step_row(1), bad, step_row(3)], rank=0)]
+    payload.append(envelope(sampler="StepTimeSampler", rows=[step_row(4)], rank=1))
     batch = records_from_payload(payload, observed_timestamp_unix_ns=1)
     assert kinds(batch.records) == [("step_time", (1, 4))]
     assert batch.skipped == 1
@@ -427,16 +415,22 @@ def test_events_key_whose_str_raises_fails_the_step_time_projection() -> None:
 @pytest.mark.parametrize(
     "bad_envelope",
     [
-        envelope("ProcessSampler", [process_row(1, ram_used=-(10**400))]),
-        envelope("ProcessSampler", [process_row(1, gpu={"mem_total": 10**400})]),
-        envelope("StepTimeSampler", [step_row(1, events={FORWARD: {"cpu": {"gpu_ms": 10**400}}})]),
-        envelope("StepTimeSampler", [step_row(1, events={FORWARD: {BadStr(): {"gpu_ms": 1.0}}})]),
+        envelope(sampler="ProcessSampler", rows=[process_row(1, ram_used=-(10**400))]),
+        envelope(sampler="ProcessSampler", rows=[process_row(1, gpu={"mem_total": 10**400})]),
         envelope(
-            "StepMemorySampler",
-            [memory_row(1, device=type("S", (str,), {"__str__": BadStr.__str__})("x"))],
+            sampler="StepTimeSampler",
+            rows=[step_row(1, events={FORWARD: {"cpu": {"gpu_ms": 10**400}}})],
         ),
-        envelope("Stdout/Stderr", [{"line": "ok"}, {"line": BadStr()}]),
-        envelope("StepTimeSampler", [RaisingGet(step=1)]),
+        envelope(
+            sampler="StepTimeSampler",
+            rows=[step_row(1, events={FORWARD: {BadStr(): {"gpu_ms": 1.0}}})],
+        ),
+        envelope(
+            sampler="StepMemorySampler",
+            rows=[memory_row(1, device=type("S", (str,), {"__str__": BadStr.__str__})("x"))],
+        ),
+        envelope(sampler="Stdout/Stderr", rows=[{"line": "ok"}, {"line": BadStr()}]),
+        envelope(sampler="StepTimeSampler", rows=[RaisingGet(step=1)]),
         {"meta": RaisingGet(sampler="StepTimeSampler"), "body": {"tables": {"T": [step_row(1)]}}},
     ],
     ids=[
@@ -471,7 +465,7 @@ def test_row_that_does_not_fit_its_record_counts_once(monkeypatch: pytest.Monkey
         "StepTimeSampler",
         projection_module.Projection("StepTimeSampler", real.tables, build),
     )
-    payload = envelope("StepTimeSampler", [step_row(i) for i in range(1, 5)])
+    payload = envelope(sampler="StepTimeSampler", rows=[step_row(i) for i in range(1, 5)])
     batch = records_from_payload(payload, observed_timestamp_unix_ns=1)
     assert kinds(batch.records) == [("step_time", (0, 1)), ("step_time", (0, 4))]
     assert batch.skipped == 2
@@ -485,8 +479,8 @@ def test_rows_of_a_table_mapped_to_the_wrong_record_each_count(
     monkeypatch.setattr(mapping_module, "_FAST", {})
     monkeypatch.setitem(projection_module.TABLE_RECORDS, "step_time_samples", StepMemoryRecord)
     payload = [
-        envelope("StepTimeSampler", [step_row(1), step_row(2), step_row(3)]),
-        envelope("StepMemorySampler", [memory_row(1)]),
+        envelope(sampler="StepTimeSampler", rows=[step_row(1), step_row(2), step_row(3)]),
+        envelope(sampler="StepMemorySampler", rows=[memory_row(1)]),
     ]
     batch = records_from_payload(payload, observed_timestamp_unix_ns=1)
     assert kinds(batch.records) == [("step_memory", (0, 1))]
@@ -497,8 +491,11 @@ def test_table_without_a_record_counts_each_row(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(mapping_module, "_FAST", {})  # as above: the careful path's rule
     monkeypatch.delitem(projection_module.TABLE_RECORDS, "system_gpu_samples")
     payload = [
-        envelope("SystemSampler", [system_row(1, [gpu(), gpu(), gpu()]), system_row(2, [gpu()])]),
-        envelope("SystemSampler", [system_row(3, [])]),
+        envelope(
+            sampler="SystemSampler",
+            rows=[system_row(1, [gpu(), gpu(), gpu()]), system_row(2, [gpu()])],
+        ),
+        envelope(sampler="SystemSampler", rows=[system_row(3, [])]),
     ]
     batch = records_from_payload(payload, observed_timestamp_unix_ns=1)
     assert kinds(batch.records) == [("system", 1), ("system", 2), ("system", 3)]
@@ -521,7 +518,7 @@ def test_extra_projection_table_without_a_record_counts_each_row(
         projection_module.Projection("ProcessSampler", (*real.tables, "process_extra"), build),
     )
     batch = records_from_payload(
-        envelope("ProcessSampler", [process_row(1)]), observed_timestamp_unix_ns=1
+        envelope(sampler="ProcessSampler", rows=[process_row(1)]), observed_timestamp_unix_ns=1
     )
     assert kinds(batch.records) == [("process", 1)]
     assert batch.skipped == 5
@@ -556,10 +553,10 @@ def test_every_projection_table_has_a_record() -> None:
 
 def test_records_keep_payload_order_across_ranks_and_streams() -> None:
     payload = [
-        envelope("StepTimeSampler", [step_row(1), step_row(2)], rank=1),
-        envelope("StepTimeSampler", [step_row(1)], rank=0),
-        envelope("StepMemorySampler", [memory_row(2), memory_row(1)], rank=1),
-        envelope("StepTimeSampler", [step_row(3), step_row(2)], rank=1),  # not sorted
+        envelope(sampler="StepTimeSampler", rows=[step_row(1), step_row(2)], rank=1),
+        envelope(sampler="StepTimeSampler", rows=[step_row(1)], rank=0),
+        envelope(sampler="StepMemorySampler", rows=[memory_row(2), memory_row(1)], rank=1),
+        envelope(sampler="StepTimeSampler", rows=[step_row(3), step_row(2)], rank=1),  # not sorted
     ]
     batch = records_from_payload(payload, observed_timestamp_unix_ns=1)
     assert kinds(batch.records) == [
@@ -574,7 +571,9 @@ def test_records_keep_payload_order_across_ranks_and_streams() -> None:
 
 
 def test_writer_table_order_system_before_its_gpus() -> None:
-    payload = envelope("SystemSampler", [system_row(1, [gpu(), gpu()]), system_row(2, [gpu()])])
+    payload = envelope(
+        sampler="SystemSampler", rows=[system_row(1, [gpu(), gpu()]), system_row(2, [gpu()])]
+    )
     batch = records_from_payload(payload, observed_timestamp_unix_ns=1)
     assert kinds(batch.records) == [
         ("system", 1),
@@ -587,7 +586,7 @@ def test_writer_table_order_system_before_its_gpus() -> None:
 
 def test_rows_are_read_from_every_table_list_in_order() -> None:
     item = {
-        "meta": meta("StepTimeSampler"),
+        "meta": meta(sampler="StepTimeSampler"),
         "body": {
             "tables": {
                 "StepTimeTable": [step_row(1)],
@@ -606,7 +605,7 @@ def test_rows_are_read_from_every_table_list_in_order() -> None:
 
 
 def test_duplicates_pass_through() -> None:
-    item = envelope("StepTimeSampler", [step_row(1), step_row(1)])
+    item = envelope(sampler="StepTimeSampler", rows=[step_row(1), step_row(1)])
     batch = records_from_payload([item, item], observed_timestamp_unix_ns=1)
     assert len(batch.records) == 4
     assert all(r == batch.records[0] for r in batch.records)
@@ -627,7 +626,7 @@ def test_legacy_flat_envelopes_map_like_canonical_ones() -> None:
 
 def test_canonical_form_wins_over_flat_tables() -> None:
     item = {
-        "meta": meta("StepTimeSampler", rank=3),
+        "meta": meta(sampler="StepTimeSampler", rank=3),
         "body": {"tables": {"T": [step_row(1)]}},
         "tables": {"T": [step_row(9)]},
         "sampler": "StepMemorySampler",
@@ -637,36 +636,40 @@ def test_canonical_form_wins_over_flat_tables() -> None:
 
 
 def test_flat_form_used_when_meta_is_not_a_mapping() -> None:
-    item = {**meta("StepTimeSampler", rank=2), "meta": "junk", "tables": {"T": [step_row(5)]}}
+    item = {
+        **meta(sampler="StepTimeSampler", rank=2),
+        "meta": "junk",
+        "tables": {"T": [step_row(5)]},
+    }
     (record,) = records_from_payload(item, observed_timestamp_unix_ns=1).records
     assert (record.global_rank, record.step) == (2, 5)
 
 
 @pytest.mark.parametrize("body", [{}, {"tables": None}, {"tables": [step_row(1)]}, {"tables": "x"}])
 def test_body_without_tables_gives_no_rows_and_no_loss(body: dict[str, Any]) -> None:
-    batch = records_from_payload({"meta": meta("StepTimeSampler"), "body": body})
+    batch = records_from_payload({"meta": meta(sampler="StepTimeSampler"), "body": body})
     assert batch.records == []
     assert batch.skipped == 0
 
 
 @pytest.mark.parametrize("sampler", ["UnknownSampler", "stepTimeSampler", "", None, 5, "system"])
 def test_unknown_sampler_gives_no_rows_and_is_not_a_loss(sampler: Any) -> None:
-    item = envelope("StepTimeSampler", [step_row(1)])
+    item = envelope(sampler="StepTimeSampler", rows=[step_row(1)])
     item["meta"]["sampler"] = sampler
-    batch = records_from_payload([item, envelope("Stdout/Stderr", [{"line": "x"}])])
+    batch = records_from_payload([item, envelope(sampler="Stdout/Stderr", rows=[{"line": "x"}])])
     assert kinds(batch.records) == [("stdout_stderr", "x")]
     assert batch.skipped == 0
 
 
 def test_missing_sampler_gives_no_rows() -> None:
-    item = envelope("StepTimeSampler", [step_row(1)])
+    item = envelope(sampler="StepTimeSampler", rows=[step_row(1)])
     del item["meta"]["sampler"]
     assert records_from_payload(item) == records_from_payload([])
 
 
 def test_runtime_environment_reads_only_its_table() -> None:
     item = {
-        "meta": meta("RuntimeEnvironmentSampler", rank=1),
+        "meta": meta(sampler="RuntimeEnvironmentSampler", rank=1),
         "body": {
             "tables": {
                 "Other": [{"topology": "other"}],
@@ -731,7 +734,7 @@ def test_stdout_lines_none_and_empty_are_passed_over() -> None:
         {"line": 5},
         {"line": False},
     ]
-    item = envelope("Stdout/Stderr", rows, rank=3)
+    item = envelope(sampler="Stdout/Stderr", rows=rows, rank=3)
     batch = records_from_payload(item, observed_timestamp_unix_ns=9)
     assert batch.records == [
         StdoutStderrRecord(9, 3, NS, "a"),
@@ -743,7 +746,9 @@ def test_stdout_lines_none_and_empty_are_passed_over() -> None:
 
 
 def test_stdout_rank_is_the_resolved_rank_and_time_comes_from_meta() -> None:
-    item = envelope("Stdout/Stderr", [{"line": "x", "ts": NS + 5, "timestamp": NS + 6}])
+    item = envelope(
+        sampler="Stdout/Stderr", rows=[{"line": "x", "ts": NS + 5, "timestamp": NS + 6}]
+    )
     item["meta"].update(global_rank=None, rank="2", timestamp=NS + 1)
     (record,) = records_from_payload(item, observed_timestamp_unix_ns=9).records
     assert (record.rank, record.timestamp_unix_ns) == (2, NS + 1)
@@ -770,13 +775,13 @@ TIME_CASES: list[tuple[Any, Any]] = [
 
 
 def _time_envelopes(value: Any) -> list[dict[str, Any]]:
-    stdout = envelope("Stdout/Stderr", [{"line": "x"}])
+    stdout = envelope(sampler="Stdout/Stderr", rows=[{"line": "x"}])
     stdout["meta"]["timestamp"] = value
     return [
-        envelope("StepTimeSampler", [step_row(1, timestamp=value)]),
-        envelope("StepMemorySampler", [memory_row(1, ts=value)]),
-        envelope("SystemSampler", [system_row(1, [gpu()], ts=value)]),
-        envelope("ProcessSampler", [process_row(1, ts=value)]),
+        envelope(sampler="StepTimeSampler", rows=[step_row(1, timestamp=value)]),
+        envelope(sampler="StepMemorySampler", rows=[memory_row(1, ts=value)]),
+        envelope(sampler="SystemSampler", rows=[system_row(1, [gpu()], ts=value)]),
+        envelope(sampler="ProcessSampler", rows=[process_row(1, ts=value)]),
         runtime_envelope(ts=value),
         stdout,
     ]
@@ -801,11 +806,11 @@ def test_timestamp_rules(raw: Any, expected: Any) -> None:
 
 def test_step_time_reads_timestamp_not_ts() -> None:
     (record,) = records_from_payload(
-        envelope("StepTimeSampler", [step_row(1, timestamp=None, ts=NS)])
+        envelope(sampler="StepTimeSampler", rows=[step_row(1, timestamp=None, ts=NS)])
     ).records
     assert record.timestamp_unix_ns is None
     (record,) = records_from_payload(
-        envelope("StepMemorySampler", [memory_row(1, ts=None, timestamp=NS)])
+        envelope(sampler="StepMemorySampler", rows=[memory_row(1, ts=None, timestamp=NS)])
     ).records
     assert record.timestamp_unix_ns is None
 
@@ -824,7 +829,7 @@ def test_gpu_idx_counts_passed_over_entries() -> None:
         {"util": 1},
     ]
     batch = records_from_payload(
-        envelope("SystemSampler", [system_row(1, gpus)]), observed_timestamp_unix_ns=1
+        envelope(sampler="SystemSampler", rows=[system_row(1, gpus)]), observed_timestamp_unix_ns=1
     )
     assert batch.skipped == 0
     gpu_records = [r for r in batch.records if isinstance(r, SystemGpuRecord)]
@@ -836,13 +841,15 @@ def test_gpu_idx_counts_passed_over_entries() -> None:
 
 def test_gpus_not_a_list_gives_no_gpu_records() -> None:
     for gpus in (None, {"0": gpu()}, "gpus", 3):
-        batch = records_from_payload(envelope("SystemSampler", [system_row(1, gpus)]))
+        batch = records_from_payload(envelope(sampler="SystemSampler", rows=[system_row(1, gpus)]))
         assert kinds(batch.records) == [("system", 1)]
         assert batch.skipped == 0
 
 
 def test_system_record_values_and_no_legacy_rank() -> None:
-    item = envelope("SystemSampler", [system_row(4, [], cpu=3, gpu_available=False, gpu_count=0)])
+    item = envelope(
+        sampler="SystemSampler", rows=[system_row(4, [], cpu=3, gpu_available=False, gpu_count=0)]
+    )
     item["meta"].update(global_rank=None, rank=7)
     (record,) = records_from_payload(item, observed_timestamp_unix_ns=2).records
     assert record == SystemRecord(2, None, 0, 4, 2, 0, "node-0", NS + 4, 4, 3.0, 1.0, 2.0, 0, 0)
@@ -859,7 +866,7 @@ def test_process_gpu_dict_and_non_dict() -> None:
         process_row(3, gpu={"device": "2", "mem_used": "1"}),
     ]
     batch = records_from_payload(
-        envelope("ProcessSampler", rows, rank=1), observed_timestamp_unix_ns=3
+        envelope(sampler="ProcessSampler", rows=rows, rank=1), observed_timestamp_unix_ns=3
     )
     assert [r.to_dict()["gpu_device_index"] for r in batch.records] == [2, None, None]
     assert [
@@ -893,7 +900,7 @@ def test_process_gpu_dict_and_non_dict() -> None:
 def test_strict_row_coercions() -> None:
     row = memory_row(1)
     row.update(seq=True, step="3", device=5, peak_alloc=7, peak_resv="8")
-    (record,) = records_from_payload(envelope("StepMemorySampler", [row])).records
+    (record,) = records_from_payload(envelope(sampler="StepMemorySampler", rows=[row])).records
     # int: isinstance(v, int), so bool passes as in TraceML; str digits do not.
     assert (record.seq, record.step, record.device) == (1, None, None)
     assert type(record.seq) is int
@@ -917,7 +924,7 @@ def test_strict_row_coercions() -> None:
     ],
 )
 def test_identity_coercion(raw: Any, expected: Any) -> None:
-    item = envelope("ProcessSampler", [process_row(1)])
+    item = envelope(sampler="ProcessSampler", rows=[process_row(1)])
     item["meta"].update(
         global_rank=raw,
         local_rank=raw,
@@ -940,7 +947,7 @@ def test_identity_coercion(raw: Any, expected: Any) -> None:
 
 
 def test_rank_alias_and_hostname() -> None:
-    item = envelope("StepTimeSampler", [step_row(1)])
+    item = envelope(sampler="StepTimeSampler", rows=[step_row(1)])
     item["meta"].update(global_rank="x", rank="5", hostname=12)
     (record,) = records_from_payload(item).records
     assert (record.rank, record.global_rank, record.hostname) == (5, None, "12")
@@ -968,7 +975,7 @@ def test_events_rules() -> None:
         3: {"cpu": {}},
     }
     (record,) = records_from_payload(
-        envelope("StepTimeSampler", [step_row(1, events=events)])
+        envelope(sampler="StepTimeSampler", rows=[step_row(1, events=events)])
     ).records
     assert record.events == {
         FORWARD: {
@@ -1001,7 +1008,7 @@ def test_events_rules() -> None:
     assert type(record.events[FORWARD]["7"]["n_calls"]) is int
     for junk in (None, [], "events", 3):
         (record,) = records_from_payload(
-            envelope("StepTimeSampler", [step_row(1, events=junk)])
+            envelope(sampler="StepTimeSampler", rows=[step_row(1, events=junk)])
         ).records
         assert record.events == {}
 
@@ -1015,7 +1022,7 @@ def test_events_names_that_stringify_alike_keep_the_last() -> None:
         "2": {"gpu": {"cpu_ms": 3.0}},
     }
     (record,) = records_from_payload(
-        envelope("StepTimeSampler", [step_row(1, events=events)])
+        envelope(sampler="StepTimeSampler", rows=[step_row(1, events=events)])
     ).records
     assert list(record.events) == ["2"]
     assert list(record.events["2"]) == ["gpu"]
@@ -1051,8 +1058,8 @@ def test_internal_mapping_example() -> None:
 
     payload = [
         envelope(
-            "StepTimeSampler",
-            [
+            sampler="StepTimeSampler",
+            rows=[
                 {"seq": 1, "timestamp": NS, "step": 1, "events": {FORWARD: {"cpu": stats(12.5)}}},
                 {"seq": 1, "timestamp": NS, "step": 2, "events": {FORWARD: {"cpu": stats(None)}}},
                 {
@@ -1064,10 +1071,10 @@ def test_internal_mapping_example() -> None:
             ],
             rank=0,
         ),
-        envelope("StepMemorySampler", [memory_row(1)], rank=0),
+        envelope(sampler="StepMemorySampler", rows=[memory_row(1)], rank=0),
         envelope(
-            "StepTimeSampler",
-            [
+            sampler="StepTimeSampler",
+            rows=[
                 {
                     "seq": 1,
                     "timestamp": NS,

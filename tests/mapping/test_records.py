@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import traceml_exporter_sdk as sdk
+from payloads import envelope
 from traceml_exporter_sdk import (
     RECORD_TYPE_BY_STREAM,
     RECORD_TYPES,
@@ -294,18 +295,8 @@ def test_constructor_keeps_none_and_zero(cls: type[Any], name: str, typ: Any) ->
 
 def _payload_for(stream: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """A full envelope of the sampler behind ``stream``, and its one row (to edit)."""
-    meta: dict[str, Any] = {
-        "rank": 3,
-        "global_rank": 3,
-        "local_rank": 1,
-        "world_size": 4,
-        "local_world_size": 2,
-        "node_rank": 1,
-        "hostname": "node-1",
-        "pid": 4242,
-        "timestamp": 1_700_000_000_000_000_000,
-    }
     row: dict[str, Any]
+    table = "T"
     if stream == "step_time":
         sampler = "StepTimeSampler"
         row = {"seq": 7, "timestamp": 1_700_000_000_000_000_001, "step": 12, "events": {}}
@@ -356,13 +347,11 @@ def _payload_for(stream: str) -> tuple[dict[str, Any], dict[str, Any]]:
             "strategy_source": "runtime_model",
             "strategy_confidence": "high",
         }
-        meta["sampler"] = sampler
-        return {"meta": meta, "body": {"tables": {"RuntimeEnvironmentTable": [row]}}}, row
+        table = "RuntimeEnvironmentTable"
     else:
         sampler = "Stdout/Stderr"
         row = {"line": "hello"}
-    meta["sampler"] = sampler
-    return {"meta": meta, "body": {"tables": {"T": [row]}}}, row
+    return envelope(sampler=sampler, rank=3, pid=4242, table=table, rows=[row]), row
 
 
 # Where each nullable field comes from in the payload: (place, key), place being

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from payloads import envelope as build_envelope
 from traceml_exporter_sdk import ExporterContext
 
 T0 = 1_750_000_000_000_000_000
@@ -18,31 +20,11 @@ T0 = 1_750_000_000_000_000_000
 EVENT = "_traceml_internal:forward_time"
 
 
-def meta(
-    rank: int, sampler: str, *, hostname: str | None = "node-a", **extra: Any
-) -> dict[str, Any]:
-    """Envelope meta of ``rank``; ``hostname=None`` sends no hostname at all."""
-    out: dict[str, Any] = {
-        "rank": rank,
-        "global_rank": rank,
-        "local_rank": rank % 8,
-        "world_size": 64,
-        "local_world_size": 8,
-        "node_rank": rank // 8,
-        "pid": 1000 + rank,
-        "sampler": sampler,
-        "timestamp": T0,
-    }
-    if hostname is not None:
-        out["hostname"] = hostname
-    out.update(extra)
-    return out
-
-
-def envelope(
-    rank: int, sampler: str, table: str, rows: list[Any], **meta_kw: Any
-) -> dict[str, Any]:
-    return {"meta": meta(rank, sampler, **meta_kw), "body": {"tables": {table: rows}}}
+envelope = functools.partial(
+    build_envelope, ranks_per_node=8, world_size=64, hostname="node-a", timestamp=T0
+)
+"""An envelope of this suite's cluster: 64 ranks, 8 a node, every one on host ``node-a``
+(``omit=("hostname",)``: a rank that sends none)."""
 
 
 def step_rows(first_step: int, count: int, *, events: Any = None) -> list[dict[str, Any]]:
@@ -68,7 +50,13 @@ def step_rows(first_step: int, count: int, *, events: Any = None) -> list[dict[s
 def step_payload(rank: int, first_step: int, count: int, **meta_kw: Any) -> list[dict[str, Any]]:
     """One rank's tick carrying ``count`` steps: ``count`` StepTimeRecords."""
     return [
-        envelope(rank, "StepTimeSampler", "StepTimeTable", step_rows(first_step, count), **meta_kw)
+        envelope(
+            rank=rank,
+            sampler="StepTimeSampler",
+            table="StepTimeTable",
+            rows=step_rows(first_step, count),
+            **meta_kw,
+        )
     ]
 
 
@@ -76,10 +64,10 @@ def all_streams_payload(rank: int, **meta_kw: Any) -> list[dict[str, Any]]:
     """One envelope per sampler: one record of each of the seven streams (two GPUs: 8 records)."""
     return [
         envelope(
-            rank,
-            "RuntimeEnvironmentSampler",
-            "RuntimeEnvironmentTable",
-            [
+            rank=rank,
+            sampler="RuntimeEnvironmentSampler",
+            table="RuntimeEnvironmentTable",
+            rows=[
                 {
                     "ts": T0,
                     "seq": 0,
@@ -94,10 +82,10 @@ def all_streams_payload(rank: int, **meta_kw: Any) -> list[dict[str, Any]]:
             **meta_kw,
         ),
         envelope(
-            rank,
-            "SystemSampler",
-            "SystemTable",
-            [
+            rank=rank,
+            sampler="SystemSampler",
+            table="SystemTable",
+            rows=[
                 {
                     "seq": 1,
                     "ts": T0 + 1,
@@ -115,10 +103,10 @@ def all_streams_payload(rank: int, **meta_kw: Any) -> list[dict[str, Any]]:
             **meta_kw,
         ),
         envelope(
-            rank,
-            "ProcessSampler",
-            "ProcessTable",
-            [
+            rank=rank,
+            sampler="ProcessSampler",
+            table="ProcessTable",
+            rows=[
                 {
                     "seq": 1,
                     "ts": T0 + 2,
@@ -133,12 +121,18 @@ def all_streams_payload(rank: int, **meta_kw: Any) -> list[dict[str, Any]]:
             ],
             **meta_kw,
         ),
-        envelope(rank, "StepTimeSampler", "StepTimeTable", step_rows(0, 1), **meta_kw),
         envelope(
-            rank,
-            "StepMemorySampler",
-            "step_memory",
-            [
+            rank=rank,
+            sampler="StepTimeSampler",
+            table="StepTimeTable",
+            rows=step_rows(0, 1),
+            **meta_kw,
+        ),
+        envelope(
+            rank=rank,
+            sampler="StepMemorySampler",
+            table="step_memory",
+            rows=[
                 {
                     "seq": 1,
                     "ts": T0 + 3,
@@ -150,7 +144,13 @@ def all_streams_payload(rank: int, **meta_kw: Any) -> list[dict[str, Any]]:
             ],
             **meta_kw,
         ),
-        envelope(rank, "Stdout/Stderr", "stdout_stderr", [{"line": "epoch 1 loss=0.5"}], **meta_kw),
+        envelope(
+            rank=rank,
+            sampler="Stdout/Stderr",
+            table="stdout_stderr",
+            rows=[{"line": "epoch 1 loss=0.5"}],
+            **meta_kw,
+        ),
     ]
 
 

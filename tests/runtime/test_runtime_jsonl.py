@@ -150,7 +150,7 @@ def test_each_line_is_to_dict_without_hostname(tmp_path: Path) -> None:
 
 def test_hostname_is_dropped_by_default(tmp_path: Path) -> None:
     ctx = context(tmp_path, "all")
-    export(ctx, [all_streams_payload(0), all_streams_payload(1, hostname=None)])
+    export(ctx, [all_streams_payload(0), all_streams_payload(1, omit=("hostname",))])
     for stream in ctx.streams:
         for record in read_jsonl(file_of(ctx, stream))[0]:
             assert "hostname" not in record
@@ -158,7 +158,7 @@ def test_hostname_is_dropped_by_default(tmp_path: Path) -> None:
 
 def test_hostname_is_kept_when_on_and_null_when_the_rank_sent_none(tmp_path: Path) -> None:
     ctx = context(tmp_path, "all", hostname=True)
-    export(ctx, [all_streams_payload(0), all_streams_payload(1, hostname=None)])
+    export(ctx, [all_streams_payload(0), all_streams_payload(1, omit=("hostname",))])
     for stream in ctx.streams:
         records, _ = read_jsonl(file_of(ctx, stream))
         if stream == "stdout_stderr":  # the record has no hostname field
@@ -176,10 +176,10 @@ def test_none_stays_null_and_a_measured_zero_stays_zero(tmp_path: Path) -> None:
     none_stats = {"is_gpu": None}
     payload = [
         envelope(
-            0,
-            "ProcessSampler",
-            "ProcessTable",
-            [
+            rank=0,
+            sampler="ProcessSampler",
+            table="ProcessTable",
+            rows=[
                 {
                     "seq": 0,
                     "ts": T0,
@@ -191,10 +191,10 @@ def test_none_stays_null_and_a_measured_zero_stays_zero(tmp_path: Path) -> None:
             ],
         ),
         envelope(
-            0,
-            "StepTimeSampler",
-            "StepTimeTable",
-            [
+            rank=0,
+            sampler="StepTimeSampler",
+            table="StepTimeTable",
+            rows=[
                 {
                     "seq": 0,
                     "timestamp": T0,
@@ -204,10 +204,10 @@ def test_none_stays_null_and_a_measured_zero_stays_zero(tmp_path: Path) -> None:
             ],
         ),
         envelope(
-            0,
-            "StepMemorySampler",
-            "step_memory",
-            [{"seq": 0, "ts": T0, "device": "cpu", "step": 0, "peak_alloc": 0}],
+            rank=0,
+            sampler="StepMemorySampler",
+            table="step_memory",
+            rows=[{"seq": 0, "ts": T0, "device": "cpu", "step": 0, "peak_alloc": 0}],
         ),
     ]
     export(ctx, [payload])
@@ -287,7 +287,14 @@ STDOUT_LINES = [
 
 def test_unicode_and_line_separators_in_stdout_lines_round_trip(tmp_path: Path) -> None:
     ctx = context(tmp_path, "all")
-    payload = [envelope(2, "Stdout/Stderr", "stdout_stderr", [{"line": s} for s in STDOUT_LINES])]
+    payload = [
+        envelope(
+            rank=2,
+            sampler="Stdout/Stderr",
+            table="stdout_stderr",
+            rows=[{"line": s} for s in STDOUT_LINES],
+        )
+    ]
     export(ctx, [payload])
     path = file_of(ctx, "stdout_stderr")
     records, closing = read_jsonl(path)

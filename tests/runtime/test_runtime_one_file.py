@@ -56,7 +56,7 @@ def test_it_runs_under_the_worker_and_writes_every_selected_record(
     worker = ExportWorker(SETTING, ctx)
     worker.start()
     worker.submit_records(records)
-    worker.submit(all_streams_payload(1, hostname=None))
+    worker.submit(all_streams_payload(1, omit=("hostname",)))
     report = worker.shutdown()
 
     assert report.failure is None
@@ -85,7 +85,7 @@ def test_it_keeps_hostname_when_on(example: ModuleType, tmp_path: Path) -> None:
     worker = ExportWorker(SETTING, ctx)
     worker.start()
     worker.submit(step_payload(0, 0, 2))
-    worker.submit(step_payload(1, 0, 2, hostname=None))
+    worker.submit(step_payload(1, 0, 2, omit=("hostname",)))
     report = worker.shutdown()
     assert report.failure is None
     written = [

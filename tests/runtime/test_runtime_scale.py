@@ -31,34 +31,34 @@ def tick_payload(rank: int, tick: int) -> list[dict[str, Any]]:
     step0, mem0, proc0, line0 = tick * STEPS, tick * MEMORY, tick * PROCESS, tick * LINES
     return [
         envelope(
-            rank,
-            "StepTimeSampler",
-            "StepTimeTable",
-            [
+            rank=rank,
+            sampler="StepTimeSampler",
+            table="StepTimeTable",
+            rows=[
                 {"seq": tick, "timestamp": T0 + s, "step": s, "events": none if s % 25 else events}
                 for s in range(step0, step0 + STEPS)
             ],
         ),
         envelope(
-            rank,
-            "StepMemorySampler",
-            "step_memory",
-            [
+            rank=rank,
+            sampler="StepMemorySampler",
+            table="step_memory",
+            rows=[
                 {"seq": tick, "ts": T0 + s, "device": "cuda:0", "step": s, "peak_alloc": 1e9}
                 for s in range(mem0, mem0 + MEMORY)
             ],
         ),
         envelope(
-            rank,
-            "ProcessSampler",
-            "ProcessTable",
-            [{"seq": s, "ts": T0 + s, "cpu": 99.5} for s in range(proc0, proc0 + PROCESS)],
+            rank=rank,
+            sampler="ProcessSampler",
+            table="ProcessTable",
+            rows=[{"seq": s, "ts": T0 + s, "cpu": 99.5} for s in range(proc0, proc0 + PROCESS)],
         ),
         envelope(
-            rank,
-            "Stdout/Stderr",
-            "stdout_stderr",
-            [{"line": f"rank {rank} line {i}"} for i in range(line0, line0 + LINES)],
+            rank=rank,
+            sampler="Stdout/Stderr",
+            table="stdout_stderr",
+            rows=[{"line": f"rank {rank} line {i}"} for i in range(line0, line0 + LINES)],
         ),
     ]
 
