@@ -18,7 +18,11 @@ flush that saw it out). Measured, all in this run:
 - (c) the follower's CPU at the 512-rank rate, from its /proc stat over the steady
   part of the phase (target <= 20% of one core);
 - beside them, ``replay jsonl --sqlite`` of the same database, finished: its rows/s
-  (CPU) and CPU seconds, and the writer's own ceiling (rows/s it commits flat out).
+  (CPU) and CPU seconds, and the writer's own ceiling (rows/s it commits flat out);
+- the ceiling of the stages themselves on one core: the same database's pages
+  read by SQLite alone, turned into records alone, and written by the jsonl
+  exporter alone, one after the other in one thread with no follower, worker or
+  queue (``--stages``, in a process of its own), each stage's CPU time apart.
 
 Prints PASS or MISS per target outside smoke mode; exits 0 either way.
 ``--seconds`` and ``--rates`` scale it.
@@ -270,11 +274,68 @@ def replay(database: Path, root: Path) -> tuple[float, float, int]:
     return wall, usage.ru_utime + usage.ru_stime, rows
 
 
+def stages(database: Path, root: Path) -> dict[str, float]:
+    """CPU seconds of each stage alone over ``database``: SQLite's reads, building
+    the records, the jsonl exporter's writes (one thread, page by page)."""
+    from traceml_exporter_sdk._backfill import PAGE_ROWS, open_database
+    from traceml_exporter_sdk._sqlite_rows import RowConverter
+    from traceml_exporter_sdk.context import ExporterContext
+    from traceml_exporter_sdk.jsonl import JsonlExporter
+
+    source = open_database(database, tuple(PER_SECOND))
+    exporter = JsonlExporter(ExporterContext.create(root, ",".join(PER_SECOND), False))
+    exporter.open()
+    clock = time.process_time
+    spent = {"read": 0.0, "build": 0.0, "write": 0.0, "rows": 0.0}
+
+    def skip(row_id: int, reason: str) -> None:
+        raise SystemExit(f"row {row_id} does not fit: {reason}")
+
+    for plan in source.tables:
+        converter, after = RowConverter(plan.stream), 0
+        while True:
+            t0 = clock()
+            rows = source.connection.execute(plan.query, (after, PAGE_ROWS)).fetchall()
+            t1 = clock()
+            if not rows:
+                break
+            after = rows[-1][0]
+            records = converter.records(rows, skip)
+            t2 = clock()
+            exporter.write(records)
+            t3 = clock()
+            spent["read"] += t1 - t0
+            spent["build"] += t2 - t1
+            spent["write"] += t3 - t2
+            spent["rows"] += len(rows)
+            del rows, records
+    t0 = clock()
+    exporter.flush()
+    exporter.close()
+    spent["write"] += clock() - t0
+    source.close()
+    return spent
+
+
+def measure_stages(database: Path, root: Path) -> dict[str, float]:
+    """``stages`` in a fresh process (this one holds the writer's and phases' garbage)."""
+    command = [sys.executable, __file__, "--stages", str(database), str(root)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"bench_follow --stages failed: {done.stderr.strip()}")
+    figures: dict[str, float] = json.loads(done.stdout)
+    return figures
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--rates", type=str, default=",".join(f"{r:g}" for r in RATES))
+    parser.add_argument("--stages", nargs=2, metavar=("DB", "ROOT"), help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)  # nox -s bench passes its posargs to every script
+    if args.stages:
+        print(json.dumps(stages(Path(args.stages[0]), Path(args.stages[1]))))
+        return 0
     rates = [float(r) for r in args.rates.split(",")]
     print(
         f"bench_follow: a 512-rank run's rate is {RATE_512:,} rows/s "
@@ -294,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 break  # the rates go up: it keeps up with none above
         assert first_db is not None
         replay_wall, replay_cpu, replay_rows = replay(first_db, base / "replay")
+        alone = measure_stages(first_db, base / "stages")
     print(f"  writer ceiling (flat out, no follower) {ceiling:,.0f} rows/s")
     header = (
         f"  {'rate':>5} {'writer rows/s':>13} {'rows':>9} {'lag p50':>8} {'p99':>6} "
@@ -313,6 +375,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{replay_wall:.2f} s wall, {replay_cpu:.2f} CPU s, {replay_rows / replay_cpu:,.0f} "
         f"rows/s (CPU); follow of the same rows: {base_phase.cpu_s:.2f} CPU s, "
         f"{base_phase.rows / base_phase.cpu_s:,.0f} rows per CPU s"
+    )
+    total = alone["read"] + alone["build"] + alone["write"]
+    per_row = {k: alone[k] / alone["rows"] * 1e6 for k in ("read", "build", "write")}
+    print(
+        f"  the stages alone on one core, same rows: SQLite reads {per_row['read']:.1f} us a row, "
+        f"building the records {per_row['build']:.1f} us, the jsonl exporter {per_row['write']:.1f} us: "
+        f"{alone['rows'] / total:,.0f} rows per CPU s ({alone['rows'] / total / RATE_512:.1f}x the "
+        f"512-rank rate, {RATE_512 / (alone['rows'] / total):.1%} of a core at 1x)"
     )
     fastest = max(p.rows / p.cpu_s for p in phases)
     print(
