@@ -439,9 +439,13 @@ def hostile_payloads(draw: st.DrawFn) -> tuple[Any, int]:
         how = draw(st.sampled_from(["replace", "replace", "wrap", "key", "anything"]))
         if how == "key" and type(current) is dict:
             name = draw(st.sampled_from(INSERTED_KEYS))
+            # ``name in current`` would call the __eq__ of an EvilKey planted before.
+            taken = {
+                k.key if type(k) is EvilKey else k for k in current if type(k) in (str, EvilKey)
+            }
             hostile_key = draw(
                 pick(
-                    (1, st.just(EvilKey(name)) if name not in current else st.just(Evil())),
+                    (1, st.just(EvilKey(name)) if name not in taken else st.just(Evil())),
                     (1, one_of_objects([Evil(), EvilInt(7), DEEP_TUPLE, b"k", None, 1.5])),
                 )
             )
