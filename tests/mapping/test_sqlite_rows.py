@@ -118,7 +118,7 @@ def test_every_near_value_in_every_column(record_type: Any, layout: str, tmp_pat
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("record_type", RECORD_TYPES, ids=lambda t: t.STREAM)
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
 def test_exact_rows_equal_coerced_rows(
