@@ -60,8 +60,6 @@ def _install_sdk(session: nox.Session, *groups: str) -> None:
     session.install("-e", str(SDK), *nox.project.dependency_groups(PYPROJECT, *groups))
 
 
-FULL_SUITE_PYTHONS = (PYTHONS[0], PYTHONS[-1])
-"""The oldest and the newest Python run every test; the two between run CORE_TESTS."""
 CORE_TESTS = (
     "tests/mapping",
     "tests/runtime",
@@ -71,22 +69,30 @@ CORE_TESTS = (
     "tests/test_tests_layout.py",
 )
 """What every Python runs: the mapper, the worker and exporters, the follower and the
-layout. The CLI, the conformance suite's own tests and the peers (subprocesses and
-servers, the slow half) run on the oldest and newest, which bracket the rest."""
+layout."""
+TESTS_BY_PYTHON = {
+    PYTHONS[0]: (*CORE_TESTS, "tests/conformance"),
+    PYTHONS[-1]: ("tests",),
+}
+"""The newest Python runs every test; the oldest the core and the conformance suite's
+own tests (the pytest plugin, the most version-bound code); the two between the core.
+The CLI and the peers (subprocesses and servers, the slow half) run on the newest,
+which is also the template sessions' Python. Each Python is also held to mypy's view
+of it: the SDK's mypy targets the oldest. So CI's whole ``nox`` fits its budget on two
+cores; ``nox -s tests -- tests`` runs everything anywhere."""
 
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """Unit, property and differential tests of the SDK (traceml-ai 0.5.0 as the oracle).
 
-    One pytest worker per core (pytest-xdist). The whole suite runs on the oldest and
-    the newest Python, CORE_TESTS on the others, so CI's whole ``nox`` run fits its
-    budget on two cores; ``nox -s tests -- tests`` runs everything anywhere.
+    One pytest worker per core (pytest-xdist); which tests each Python runs:
+    ``TESTS_BY_PYTHON``.
     """
     _install_sdk(session, "test")
     session.install("--no-deps", TRACEML_ORACLE)
     args = session.posargs or [
-        *(["tests"] if session.python in FULL_SUITE_PYTHONS else CORE_TESTS),
+        *TESTS_BY_PYTHON.get(str(session.python), CORE_TESTS),
         "-n",
         "auto",
     ]
