@@ -155,7 +155,7 @@ def _events(text: Any) -> dict[str, Any] | str:
         except Exception:  # noqa: S110 - the careful decoding decides
             pass
         else:
-            return drop_deviceless(value) if {} in value.values() else value
+            return drop_deviceless(value)
     if type(text) is not str:
         if type(text) is not bytes:
             return f"events_json is {type(text).__name__}, not JSON text"
