@@ -32,6 +32,7 @@ from traceml_exporter_sdk import (
 )
 from traceml_exporter_sdk._fastdecode import line_mapper
 from traceml_exporter_sdk._replay import PayloadReader
+from traceml_exporter_sdk._sqlite_rows import RowConverter
 from traceml_exporter_sdk.streams import ALL_STREAMS
 from traceml_exporter_sdk.testing import load_corpus
 from traceml_exporter_sdk.worker import NO_PAYLOAD
@@ -173,8 +174,31 @@ def test_without_msgspec_replay_decodes_the_usual_way(
     assert produce() == load_corpus()[0]  # the decoded payload, for the worker to map
 
 
+_number = st.one_of(st.none(), st.integers(-(2**70), 2**70), st.floats())
+typed_event_maps = st.dictionaries(
+    st.sampled_from(["step", "forward", ""]),
+    st.dictionaries(
+        st.sampled_from(["cpu", "cuda:0"]),
+        st.fixed_dictionaries(
+            {
+                "is_gpu": st.one_of(st.none(), st.booleans()),
+                "duration_ms": _number,
+                "cpu_ms": _number,
+                "gpu_ms": _number,
+                "n_calls": st.one_of(st.none(), st.integers(-(2**70), 2**70)),
+            },
+            optional={"x": st.integers()},
+        ),
+        max_size=2,
+    ),
+    max_size=3,
+)
+"""Maps with every stats key, each of its type or an int for a float: what the fast
+decoding takes as it is (``event_maps`` mostly lack a key and go the careful way)."""
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(event_maps, reference_events), st.booleans())
+@given(st.one_of(event_maps, typed_event_maps, reference_events), st.booleans())
 def test_backfill_events_json_fast_equals_careful(events: Any, sort_keys: bool) -> None:
     """backfill decodes events_json with msgspec when it can; the careful decoding agrees."""
     try:
@@ -190,17 +214,43 @@ def test_backfill_events_json_fast_equals_careful(events: Any, sort_keys: bool) 
     assert fast == careful
 
 
+STEP_ROW = (1, 1_764_230_400_000_000_000, 0, 0, 0, 1, 1, 0, "host", None, 0, 0)
+"""A step_time row as the backfill reads it, ``events_json`` still to come."""
+
+
 def outcome(text: str) -> Any:
-    """The decoded map (comparable), the reason string, or the exception's type."""
-    try:
-        result = _sqlite_rows._events(text)
-    except Exception as exc:  # the row is then skipped as "cannot be coerced"
-        return type(exc)
-    return result if isinstance(result, str) else key_of(result)
+    """What the backfill makes of a row with this ``events_json``: the decoded map
+    (comparable, key order aside), or the reason the row is skipped."""
+    reasons: list[str] = []
+    records = RowConverter("step_time").records(
+        [(*STEP_ROW, text)], lambda _id, reason: reasons.append(reason)
+    )
+    return reasons[0] if reasons else key_of(records[0].events)  # type: ignore[attr-defined]
 
 
 def key_of(events: dict[str, Any]) -> Any:
+    """``canon`` with every map's keys sorted: the fast decoding keeps the text's key order."""
+    if isinstance(events, dict):
+        items = sorted(events.items(), key=lambda item: repr(canon(item[0])))
+        return [(canon(name), key_of(value)) for name, value in items]
     return canon(events)
+
+
+def test_backfill_events_keep_the_texts_key_order() -> None:
+    """A stats map decoded fast keeps the text's order (TraceML 0.5.0 sorts its keys);
+    the careful decoding gives the contract's; the maps are equal."""
+    stats = {"cpu_ms": 1.0, "duration_ms": 2.0, "gpu_ms": None, "is_gpu": False, "n_calls": 1}
+    text = json.dumps({"step": {"cpu": stats}})
+    [fast] = RowConverter("step_time").records([(*STEP_ROW, text)], pytest.fail)
+    assert list(fast.events["step"]["cpu"]) == list(stats)  # type: ignore[attr-defined]
+    careful_fast, _sqlite_rows._FAST_DECODE = _sqlite_rows._FAST_DECODE, None
+    try:
+        [careful] = RowConverter("step_time").records([(*STEP_ROW, text)], pytest.fail)
+    finally:
+        _sqlite_rows._FAST_DECODE = careful_fast
+    order = ["is_gpu", "duration_ms", "cpu_ms", "gpu_ms", "n_calls"]
+    assert list(careful.events["step"]["cpu"]) == order  # type: ignore[attr-defined]
+    assert fast == careful
 
 
 def test_worker_admits_a_record_batch_from_a_deferred_producer(tmp_path: Path) -> None:

@@ -21,6 +21,15 @@ exporter runs or the reader sleeps (a snapshot held across a live run's final
 checkpoint makes that checkpoint give up). The database is opened read-only;
 nothing is written to it.
 
+The database is read through apsw, not the standard library's ``sqlite3``:
+``sqlite3`` lets go of the GIL around every column of every row it fetches,
+so each row costs about twice as much, and far more while the export worker's
+thread wants the GIL too (``docs/follow.md``, "What it costs"). A process must
+not open one database file with two SQLite libraries at once (closing one's
+file handle drops the other's POSIX locks), so nothing here opens it with
+``sqlite3``; a caller may hand ``open_database`` a ``sqlite3`` connection of its
+own instead.
+
 AUTOINCREMENT ids are never reused, so a gap in ids is a row deleted before it
 was read (TraceML's history retention): such rows are counted as ``pruned``.
 """
@@ -29,11 +38,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+import apsw
 import orjson
 
 from ._projection import TABLE_RECORDS
@@ -44,6 +54,7 @@ __all__ = [
     "TABLE_BY_STREAM",
     "BackfillError",
     "BadRow",
+    "Connection",
     "Layout",
     "SqliteSource",
     "TablePlan",
@@ -66,6 +77,23 @@ Layout = Literal["contract", "traceml-0.5.0"]
 
 _RENAMED_050 = {"observed_timestamp_unix_ns": "recv_ts_ns", "timestamp_unix_ns": "sample_ts_s"}
 """Contract column -> TraceML 0.5.0's name for it."""
+
+
+DATABASE_ERRORS = (apsw.Error, sqlite3.DatabaseError)
+"""What a failed read raises: apsw's errors, or ``sqlite3``'s from a caller's connection."""
+
+
+class Cursor(Protocol):
+    def fetchall(self) -> list[Any]: ...
+    def fetchone(self) -> Any: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Connection(Protocol):
+    """What the reader needs of a connection: apsw's (its own) or ``sqlite3``'s (a caller's)."""
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Cursor: ...
+    def close(self) -> None: ...
 
 
 class BackfillError(Exception):
@@ -104,7 +132,7 @@ class SqliteSource:
     """
 
     path: Path
-    connection: sqlite3.Connection
+    connection: Connection
     tables: list[TablePlan]
     missing: list[str]
     unreadable: dict[str, list[str]]
@@ -154,7 +182,7 @@ class SqliteSource:
         after = self.last_id.get(plan.table, 0)
         try:
             rows = self.connection.execute(plan.query, (after, size)).fetchall()
-        except sqlite3.DatabaseError as exc:
+        except DATABASE_ERRORS as exc:
             raise BackfillError(f"{self.path}: reading table {plan.table}: {exc}") from None
         if not rows:
             return 0, []
@@ -184,7 +212,7 @@ class SqliteSource:
         """
         try:
             seqs = dict(self.connection.execute("SELECT name, seq FROM sqlite_sequence").fetchall())
-        except sqlite3.DatabaseError:
+        except DATABASE_ERRORS:
             return {}
         return {plan.table: int(seqs.get(plan.table) or 0) for plan in self.tables}
 
@@ -259,7 +287,7 @@ def _select(columns: list[str], layout: Layout) -> list[str]:
 
 
 def _plan_table(
-    connection: sqlite3.Connection, record_type: type[Record], table: str
+    connection: Connection, record_type: type[Record], table: str
 ) -> TablePlan | list[str]:
     """The plan for ``table``, or the contract's columns it lacks (a layout of neither kind)."""
     have = {row[1] for row in connection.execute(f"PRAGMA table_info({_quote(table)})")}
@@ -280,7 +308,7 @@ def _plan_table(
     return TablePlan(record_type.STREAM, table, layout, count, query)
 
 
-def connect_read_only(path: Path, *, immutable: bool = False) -> sqlite3.Connection:
+def connect_read_only(path: Path, *, immutable: bool = False) -> Connection:
     """A read-only connection to ``path``, in autocommit mode (no transaction left open).
 
     ``immutable``: the file will not change and has no WAL content (a finished run):
@@ -300,17 +328,20 @@ def connect_read_only(path: Path, *, immutable: bool = False) -> sqlite3.Connect
         raise BackfillError(f"cannot read {path}: {exc}") from None
     if head and head != SQLITE_MAGIC:
         raise BackfillError(f"{path} is not a SQLite database")
+    mode = "ro&immutable=1" if immutable else "ro"
     try:
-        mode = "ro&immutable=1" if immutable else "ro"
-        return sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode={mode}", uri=True, isolation_level=None, timeout=5.0
+        connection = apsw.Connection(
+            f"{path.resolve().as_uri()}?mode={mode}",
+            flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
         )
-    except sqlite3.DatabaseError as exc:
+    except DATABASE_ERRORS as exc:
         raise BackfillError(f"{path} cannot be read as a SQLite database: {exc}") from None
+    connection.set_busy_timeout(5000)
+    return connection
 
 
 def open_database(
-    path: Path, streams: tuple[str, ...], connection: sqlite3.Connection | None = None
+    path: Path, streams: tuple[str, ...], connection: Connection | None = None
 ) -> SqliteSource:
     """Open ``path`` read-only and plan the tables of ``streams`` (STREAM names).
 
@@ -361,6 +392,6 @@ def plan_tables(source: SqliteSource, streams: tuple[str, ...]) -> None:
                 unreadable[table] = plan
             else:
                 tables.append(plan)
-    except sqlite3.DatabaseError as exc:
+    except DATABASE_ERRORS as exc:
         raise BackfillError(f"{source.path} cannot be read as a SQLite database: {exc}") from None
     source.tables, source.missing, source.unreadable = tables, missing, unreadable

@@ -27,7 +27,6 @@ import collections
 import contextlib
 import gc
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ import orjson
 from ._backfill import (
     PAGE_ROWS,
     BackfillError,
+    Connection,
     SqliteSource,
     connect_read_only,
     open_database,
@@ -357,7 +357,7 @@ class Follower:
         source.count_tail_pruned()
         self._mark(source)
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> Connection:
         """A read-only connection, immutable once no one has the database open.
 
         While TraceML's writer has the database open, its ``-wal`` file exists; its

@@ -6,7 +6,7 @@ are decoded, read once and dropped, and never hold a cycle, so the cyclic GC
 need not track them (``gc=False``).
 """
 
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -19,6 +19,17 @@ class Stats(msgspec.Struct, gc=False):
     cpu_ms: float | None = None
     gpu_ms: float | None = None
     n_calls: int | None = None
+
+
+class StatsMap(TypedDict):
+    """``Stats`` decoded straight into the dict the record keeps, every key required (a
+    map lacking one is left to the careful decoding). Its keys come in the text's order."""
+
+    is_gpu: bool | None
+    duration_ms: float | None
+    cpu_ms: float | None
+    gpu_ms: float | None
+    n_calls: int | None
 
 
 class Row(msgspec.Struct, gc=False):
@@ -50,3 +61,5 @@ decode_step_body = msgspec.json.Decoder(Body).decode
 decode_body = msgspec.json.Decoder(dict[str, Any]).decode
 to_builtins = msgspec.to_builtins
 decode_events = msgspec.json.Decoder(dict[str, dict[str, Stats]]).decode
+decode_events_map = msgspec.json.Decoder(dict[str, dict[str, StatsMap]]).decode
+"""``events_json`` text -> the events map in dicts, in one C pass (``_sqlite_rows``)."""
