@@ -84,24 +84,22 @@ class RowConverter:
         build, coercers, known = self._build, self._coercers, self._known
         is_step_time, check_values = self._is_step_time, self._check_values
         decode = _FAST_DECODE
-        no_devices: dict[str, Any] = {}
         records: list[Record] = []
         append = records.append
         for row in rows:
             try:
                 if is_step_time:
-                    # _events, its fast decoding inlined for the usual row
                     text = row[-1]
                     try:
                         events = decode(text) if decode and type(text) is str else None
-                    except Exception:
+                    except Exception:  # the careful decoding decides
                         events = None
                     if events is None:
-                        events = _events(text)
+                        events = _careful_events(text)
                         if type(events) is str:
                             bad(row[0], events)
                             continue
-                    elif no_devices in events.values():
+                    else:
                         events = drop_deviceless(events)
                     values = row[1:-1]
                 else:
@@ -158,20 +156,14 @@ def _msgspec_decode() -> Callable[[str], Any] | None:
 _FAST_DECODE = _msgspec_decode()
 
 
-def _events(text: Any) -> dict[str, Any] | str:
+def _careful_events(text: Any) -> dict[str, Any] | str:
     """The events map, decoded and normalised as the payload path's; else a reason.
+    For the rows ``_FAST_DECODE`` leaves (or all of them without it).
 
     orjson turns an integer past 64 bits into a float; the only integer the map
     keeps is ``n_calls``, so a float there sends the text to ``json``, which keeps
     integers exact (a float field gets the same float either way).
     """
-    if _FAST_DECODE is not None and type(text) is str:
-        try:
-            value: dict[str, Any] = _FAST_DECODE(text)
-        except Exception:  # noqa: S110 - the careful decoding decides
-            pass
-        else:
-            return drop_deviceless(value)
     if type(text) is not str:
         if type(text) is not bytes:
             return f"events_json is {type(text).__name__}, not JSON text"

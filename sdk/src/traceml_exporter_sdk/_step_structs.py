@@ -60,6 +60,5 @@ decode_step_line = msgspec.json.Decoder(list[StepEnvelope] | StepEnvelope).decod
 decode_step_body = msgspec.json.Decoder(Body).decode
 decode_body = msgspec.json.Decoder(dict[str, Any]).decode
 to_builtins = msgspec.to_builtins
-decode_events = msgspec.json.Decoder(dict[str, dict[str, Stats]]).decode
 decode_events_map = msgspec.json.Decoder(dict[str, dict[str, StatsMap]]).decode
 """``events_json`` text -> the events map in dicts, in one C pass (``_sqlite_rows``)."""
