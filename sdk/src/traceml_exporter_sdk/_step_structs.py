@@ -6,7 +6,7 @@ are decoded, read once and dropped, and never hold a cycle, so the cyclic GC
 need not track them (``gc=False``).
 """
 
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import msgspec
 
@@ -60,5 +60,9 @@ decode_step_line = msgspec.json.Decoder(list[StepEnvelope] | StepEnvelope).decod
 decode_step_body = msgspec.json.Decoder(Body).decode
 decode_body = msgspec.json.Decoder(dict[str, Any]).decode
 to_builtins = msgspec.to_builtins
-decode_events_map = msgspec.json.Decoder(dict[str, dict[str, StatsMap]]).decode
+DeviceMap = Annotated[dict[str, StatsMap], msgspec.Meta(min_length=1)]
+"""``events[name]``; a name with no device is refused, left to the careful decoding,
+which drops it as TraceML does, so a map decoded here needs no second look."""
+
+decode_events_map = msgspec.json.Decoder(dict[str, DeviceMap]).decode
 """``events_json`` text -> the events map in dicts, in one C pass (``_sqlite_rows``)."""
