@@ -9,15 +9,34 @@ importable from this interpreter.
 
 Tests marked ``sink_independent`` (hooks, licenses, cruft) run only in the run
 that covers the default sink, so the per-sink runs do not repeat them.
+
+The mlflow sink's tests share one ``mlflow server`` (the template's own test peer,
+started before the first of them): ``TRACEML_MLFLOW_PEER_URL`` names it to every baked
+suite they run and to ``sink_env``, and each test keeps to an experiment of its own.
+A fresh server spends most of a minute migrating its databases, three times a run
+otherwise; the basic-auth server the baked suite needs is still its own.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from template_helpers import DEFAULT_SINK, SINKS, bake
+from template_helpers import DEFAULT_SINK, SINKS, TEMPLATE, bake
+
+MLFLOW_PEER_ENV = "TRACEML_MLFLOW_PEER_URL"
+MLFLOW_SERVER_MODULE = (
+    TEMPLATE
+    / "{{cookiecutter.project_slug}}"
+    / "tests"
+    / "{% if cookiecutter.sink == 'mlflow' %}mlflow_server.py{% endif %}"
+)
+_MLFLOW_TRIED = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -71,3 +90,38 @@ def baked(
         yield given.resolve()
         return
     yield bake(tmp_path_factory.mktemp(f"baked-{sink}"), f"sink={sink}")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("sink") == "mlflow":
+        shared_mlflow_server(item.config)
+
+
+def shared_mlflow_server(config: pytest.Config) -> None:
+    """Start the run's one MLflow server on first use, stopped at the end of the run;
+    ``TRACEML_MLFLOW_PEER_URL`` names it meanwhile. A URL already set is used as is.
+    Where none can be started the tests start their own (and skip, or fail in CI)."""
+    if os.environ.get(MLFLOW_PEER_ENV) or config.stash.get(_MLFLOW_TRIED, False):
+        return
+    config.stash[_MLFLOW_TRIED] = True
+    name = "template_mlflow_server"  # its file name has no .py suffix: name the loader
+    loader = importlib.machinery.SourceFileLoader(name, str(MLFLOW_SERVER_MODULE))
+    spec = importlib.util.spec_from_file_location(name, MLFLOW_SERVER_MODULE, loader=loader)
+    assert spec is not None
+    assert spec.loader is not None
+    module: Any = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        server = module.MlflowServer().start()
+    except module.MlflowUnavailableError:
+        if module.require_mlflow():
+            raise
+        return
+
+    def stop() -> None:
+        os.environ.pop(MLFLOW_PEER_ENV, None)
+        server.stop()
+
+    config.add_cleanup(stop)
+    os.environ[MLFLOW_PEER_ENV] = server.url

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,10 +62,13 @@ def sink_env(sink: str, not_installed: tuple[Path, str]) -> Iterator[dict[str, s
             from mlflow_server import MlflowServer
         finally:
             sys.path.pop(0)
-        server = MlflowServer().start()
+        server = MlflowServer().start()  # the run's shared server, when conftest has one
+        experiment = f"replay-pythonpath-{uuid.uuid4().hex[:8]}"
         try:
-            yield {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_EXPERIMENT_NAME": "replay"}
-            runs = server.call("POST", "runs/search", {"experiment_ids": ["1"]})
+            yield {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_EXPERIMENT_NAME": experiment}
+            found = server.call("GET", "experiments/get-by-name", {"experiment_name": experiment})
+            ids = [found["experiment"]["experiment_id"]]
+            runs = server.call("POST", "runs/search", {"experiment_ids": ids})
             assert runs.get("runs"), "the corpus never reached the MLflow server"
         finally:
             server.stop()
