@@ -1,8 +1,8 @@
 """Rows of a SQLite table taken as they are equal the same rows coerced field by field.
 
 The backfill builds a record straight from a row whose values are all of their
-fields' types (``_sqlite_rows.RowConverter``, learnt per tuple of value types)
-and coerces any other. Any value of any SQLite type in any column, in both table
+fields' types (``_sqlite_rows.RowConverter``: a whole page checked column by column,
+else learnt per tuple of value types) and coerces any other. Any value of any SQLite type in any column, in both table
 layouts: the record built that way is the one the per-field coercers build.
 """
 
@@ -68,8 +68,9 @@ def plain(record_type: Any) -> list[str]:
 
 def assert_exact_equals_coerced(
     record_type: Any, layout: str, rows: list[dict[str, Any]], database: Path
-) -> None:
-    """Store ``rows`` (the first of the record's own types) and read them back both ways."""
+) -> RowConverter:
+    """Store ``rows`` (the first of the record's own types) and read them back both ways;
+    the converter that took them as they are."""
     names = record_type.COLUMNS
     database.unlink(missing_ok=True)
     table = TABLE_BY_STREAM[record_type.STREAM]
@@ -99,8 +100,10 @@ def assert_exact_equals_coerced(
     expected = reference.records(read, lambda i, reason: coerced.append((i, reason)))
     assert [key(r) for r in built] == [key(r) for r in expected]
     assert as_read == coerced
-    typed = tuple(map(type, read[0]))  # the whole row: id and events_json too
-    assert converter._known[typed], "a row of the record's own types must be taken as it is"
+    if converter._known:  # the page went row by row
+        typed = tuple(map(type, read[0]))  # the whole row: id and events_json too
+        assert converter._known[typed], "a row of the record's own types must be taken as it is"
+    return converter
 
 
 LAYOUTS = ["contract", "traceml-0.5.0"]
@@ -113,6 +116,27 @@ def test_every_near_value_in_every_column(record_type: Any, layout: str, tmp_pat
     typed = typed_row(record_type, layout)
     rows = [typed] + [{**typed, name: value} for name in typed for value in NEAR]
     assert_exact_equals_coerced(record_type, layout, rows, tmp_path / "db.sqlite")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("record_type", RECORD_TYPES, ids=lambda t: t.STREAM)
+def test_a_page_of_own_types_is_taken_whole(record_type: Any, layout: str, tmp_path: Path) -> None:
+    """Every value of its field's type: the page is checked column by column, not row by
+    row, and a flag other than 0 or 1, or an empty line, is still coerced."""
+    typed = typed_row(record_type, layout)
+    rows = [typed] + [
+        {**typed, name: value}
+        for name in plain(record_type)
+        for value in NEAR
+        if type(value) is type(typed[name])
+    ]
+    converter = assert_exact_equals_coerced(record_type, layout, rows, tmp_path / "db.sqlite")
+    assert not converter._known, "a page of the record's own types is taken whole"
+    near = {**typed, plain(record_type)[0]: "1"}  # one text in an int column
+    converter = assert_exact_equals_coerced(
+        record_type, layout, [*rows, near], tmp_path / "db.sqlite"
+    )
+    assert converter._known, "a page with a value of another type goes row by row"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -50,8 +50,9 @@ class RowConverter:
 
     A row whose values are all of their fields' types (NULL where a field may be
     None; a flag 0 or 1; a line not empty) is built as it is, straight from the
-    row: the coercers would give each value itself. Which tuples of value types
-    are such is learnt once per tuple seen. ``trust_types=False`` coerces every
+    row: the coercers would give each value itself. A page whose columns hold only
+    such types is taken whole; otherwise which tuples of value types are such is
+    learnt once per tuple seen. ``trust_types=False`` coerces every
     row (the reference the tests hold the other to).
     """
 
@@ -87,13 +88,16 @@ class RowConverter:
         decode = _FAST_DECODE
         records: list[Record] = []
         append = records.append
+        all_own_types = self._all_own_types(rows)
         for row in rows:
             try:
-                exact = known.get(tuple(map(type, row)))
-                if exact is None:
-                    exact = self._learn(tuple(map(type, row)))
-                if check_values and exact:
-                    exact = self._values_exact(row)
+                if all_own_types:
+                    exact = not check_values or self._values_exact(row)
+                else:
+                    learnt = known.get(tuple(map(type, row)))
+                    exact = self._learn(tuple(map(type, row))) if learnt is None else learnt
+                    if check_values and exact:
+                        exact = self._values_exact(row)
                 if is_step_time:
                     text = row[-1]
                     try:
@@ -118,6 +122,19 @@ class RowConverter:
             except Exception as exc:
                 bad(row[0], f"cannot be coerced: {type(exc).__name__}")
         return records
+
+    def _all_own_types(self, rows: Sequence[tuple[Any, ...]]) -> bool:
+        """Whether every value of ``rows`` (id and ``events_json`` aside) is of a type its
+        field takes as it is: checked column by column, which costs a fifth of looking
+        up each row's tuple of types; a page of rows that are not goes row by row."""
+        if not self._trust or not rows:
+            return False
+        columns = zip(*rows, strict=False)  # a row of another length fails in from_row
+        next(columns)  # the ids
+        return all(
+            allowed.issuperset(map(type, column))
+            for allowed, column in zip(self._allowed, columns, strict=False)  # not events_json
+        )
 
     def _learn(self, types: tuple[type[Any], ...]) -> bool:
         """Whether rows of these types (id and ``events_json`` included) may be taken
