@@ -1,9 +1,10 @@
 """Rows of a SQLite table taken as they are equal the same rows coerced field by field.
 
 The backfill builds a record straight from a row whose values are all of their
-fields' types (``_sqlite_rows.RowConverter``: a whole page checked column by column,
-else learnt per tuple of value types) and coerces any other. Any value of any SQLite type in any column, in both table
-layouts: the record built that way is the one the per-field coercers build.
+fields' types (``_sqlite_rows.RowConverter``: a whole page checked column by
+column, else learnt per tuple of value types) and coerces any other. Any value of
+any SQLite type in any column, in both table layouts: the record built that way is
+the one the per-field coercers build.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from traceml_exporter_sdk import _sqlite_rows
 from traceml_exporter_sdk._backfill import TABLE_BY_STREAM, open_database
 from traceml_exporter_sdk._sqlite_rows import RowConverter
 from traceml_exporter_sdk.records import RECORD_TYPES
@@ -137,6 +139,32 @@ def test_a_page_of_own_types_is_taken_whole(record_type: Any, layout: str, tmp_p
         record_type, layout, [*rows, near], tmp_path / "db.sqlite"
     )
     assert converter._known, "a page with a value of another type goes row by row"
+
+
+@pytest.mark.parametrize("record_type", RECORD_TYPES, ids=lambda t: t.STREAM)
+def test_only_rows_that_need_it_are_coerced(
+    record_type: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row of its fields' own types with flags 0 or 1 is not coerced (the value checks
+    read the right columns); one with a flag of 2 is, to None."""
+    calls: list[int] = []
+    coerce = _sqlite_rows._coerce
+    monkeypatch.setattr(_sqlite_rows, "_coerce", lambda *args: calls.append(1) or coerce(*args))
+    typed = typed_row(record_type, "contract")
+    row = (1, *(typed[name] for name in plain(record_type)))
+    if record_type.STREAM == "step_time":
+        row = (*row, EVENTS)
+    records = RowConverter(record_type.STREAM).records([row, row], pytest.fail)
+    assert len(records) == 2
+    assert calls == [], "a row of its fields' own types was coerced"
+    names = plain(record_type)
+    flags = [i for i, n in enumerate(names, 1) if n in ("gpu_available", "distributed_initialized")]
+    for index in flags:
+        [record] = RowConverter(record_type.STREAM).records(
+            [(*row[:index], 2, *row[index + 1 :])], pytest.fail
+        )
+        assert getattr(record, names[index - 1]) is None
+    assert len(calls) == len(flags)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -52,8 +52,8 @@ class RowConverter:
     None; a flag 0 or 1; a line not empty) is built as it is, straight from the
     row: the coercers would give each value itself. A page whose columns hold only
     such types is taken whole; otherwise which tuples of value types are such is
-    learnt once per tuple seen. ``trust_types=False`` coerces every
-    row (the reference the tests hold the other to).
+    learnt once per tuple seen. ``trust_types=False`` coerces every row (the
+    reference the tests hold the other to).
     """
 
     __slots__ = (
@@ -94,8 +94,9 @@ class RowConverter:
                 if all_own_types:
                     exact = not check_values or self._values_exact(row)
                 else:
-                    learnt = known.get(tuple(map(type, row)))
-                    exact = self._learn(tuple(map(type, row))) if learnt is None else learnt
+                    types = tuple(map(type, row))
+                    learnt = known.get(types)
+                    exact = self._learn(types) if learnt is None else learnt
                     if check_values and exact:
                         exact = self._values_exact(row)
                 if is_step_time:
@@ -150,7 +151,7 @@ class RowConverter:
     def _values_exact(self, row: tuple[Any, ...]) -> bool:
         """A stored flag is exact only when it is 0 or 1; a line only when not empty."""
         for index in self._flags:
-            if row[index + 1] not in (0, 1, None):
+            if row[index] not in (0, 1, None):
                 return False
         return self.stream != "stdout_stderr" or bool(row[-1])
 
@@ -342,11 +343,12 @@ def _allowed_types(stream: str) -> tuple[frozenset[type[Any]], ...]:
 _FLAG_INDEXES: dict[str, tuple[int, ...]] = {
     t.STREAM: tuple(
         i
-        for i, name in enumerate(n for n in t.COLUMNS if n != "events")
+        for i, name in enumerate((n for n in t.COLUMNS if n != "events"), start=1)
         if name in ("gpu_available", "distributed_initialized")
     )
     for t in RECORD_TYPES
 }
+"""Per stream: where in a row ``(id, *columns)`` its flags are."""
 
 
 def _coerce(coercers: tuple[Callable[[Any], Any], ...], values: tuple[Any, ...]) -> tuple[Any, ...]:
