@@ -10,6 +10,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -126,6 +127,16 @@ def test_a_stalled_exporter_ends_a_sqlite_backfill_too(tmp_path: Path) -> None:
 
 
 # -- Ctrl-C (12) ---------------------------------------------------------------------
+
+
+def test_a_cli_child_of_the_tests_takes_ctrl_c_however_the_runner_was_started() -> None:
+    """tests/conftest.py undoes an ignored SIGINT inherited from a background runner:
+    without it the Ctrl-C tests below hang instead of testing anything."""
+    check = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    done = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, check=True, timeout=30
+    )
+    assert done.stdout.strip() == "True", done.stdout
 
 
 def test_ctrl_c_mid_replay_drains_what_was_read_closes_and_records_it(tmp_path: Path) -> None:
