@@ -7,6 +7,7 @@ it can be killed with SIGKILL and started again; the writer is this test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -135,6 +136,72 @@ def test_every_row_of_a_live_run_reaches_the_exporter_once(run: Writer050) -> No
     assert os.listdir(run.root / "aggregator" / "follow") == ["bookmark.json"]
 
 
+READER = """
+import sqlite3, sys
+connection = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+connection.execute("SELECT count(*) FROM step_time_samples").fetchall()
+print(flush=True)
+sys.stdin.readline()
+connection.close()
+"""
+
+
+@contextlib.contextmanager
+def overlapping_read(database: Path) -> Iterator[None]:
+    """Another process has the database open (a follower's read under way) until the block ends."""
+    with subprocess.Popen(
+        [sys.executable, "-c", READER, str(database)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as reader:
+        assert reader.stdout is not None
+        reader.stdout.readline()
+        try:
+            yield
+        finally:
+            reader.communicate("\n", timeout=30)
+
+
+def test_a_read_overlapping_traceml_close_leaves_no_wal_behind(run: Writer050) -> None:
+    """TraceML's closing checkpoint runs whole, but a read open at its close keeps SQLite
+    from removing the then empty ``-wal``: the follower removes it as that close would,
+    without touching the ``telemetry`` file."""
+    records = step_records(0, 40)
+    run.flush(records)
+    with overlapping_read(run.database):
+        busy, _, _ = run.close()
+    wal = run.database.with_name("telemetry-wal")
+    assert (busy, wal.stat().st_size) == (0, 0), "the overlap was not reproduced"
+    before = run.database.read_bytes(), run.database.stat().st_mtime_ns
+    code, out, err = finish(follow(run.root))
+    assert (code, err) == (0, ""), out
+    assert exported(run.root) == expected([records])
+    assert sorted(p.name for p in (run.root / "aggregator").iterdir()) == [
+        "export",
+        "follow",
+        "telemetry",
+    ]
+    assert (run.database.read_bytes(), run.database.stat().st_mtime_ns) == before
+
+
+def test_a_wal_with_content_after_the_run_is_left_as_it_is(run: Writer050) -> None:
+    """An aggregator whose last close did not checkpoint (another reader held the file)
+    leaves rows only in the ``-wal``: the follower reads them and leaves the file be."""
+    records = step_records(0, 40)
+    run.flush(records)
+    with overlapping_read(run.database):
+        run.disconnect()
+    run.write_manifest("complete", 0)
+    wal = run.database.with_name("telemetry-wal")
+    size = wal.stat().st_size
+    assert size > 0, "the writer's close checkpointed after all"
+    code, out, err = finish(follow(run.root))
+    assert (code, err) == (0, ""), out
+    assert exported(run.root) == expected([records])
+    assert wal.stat().st_size == size
+
+
 def test_started_before_the_run_it_waits_and_creates_nothing(tmp_path: Path) -> None:
     root = tmp_path / "logs" / "run1"
     follower = follow(root)
@@ -227,6 +294,60 @@ def test_a_run_whose_aggregator_died_ends_unfinished(run: Writer050) -> None:
     assert exported(run.root) == expected([records]), "what was there is exported all the same"
     warning = json.loads((run.root / "aggregator/follow/finalization_warning.json").read_text())
     assert warning["follow"]["run_end"] == "aggregator-gone"
+
+
+def test_a_run_its_launcher_marks_after_the_aggregator_exited_is_complete(run: Writer050) -> None:
+    """TraceML's launcher marks the manifest only after its aggregator exited: a follower
+    that sees the aggregator gone first waits for the mark (here 3 s after the exit)."""
+    follower = follow(run.root)
+    records = step_records(0, 100)
+    run.flush(records)
+    time.sleep(0.3)
+    run.close(status=None)  # the aggregator's own end, no mark yet
+    time.sleep(3.0)  # past the follower's 2 s look at the aggregator
+    run.write_manifest("complete", 0)
+    code, out, err = finish(follower)
+    assert code == 0, (out, err)
+    assert "NOT FINISHED" not in out
+    assert exported(run.root) == expected([records])
+
+
+HOLDER = """
+import subprocess, sys
+code = "import sys, time; f = open(sys.argv[1], 'rb'); print(flush=True); time.sleep(600)"
+child = subprocess.Popen([sys.executable, "-c", code, sys.argv[1]], stdout=sys.stdout)
+child.wait()
+"""
+
+
+def test_a_whole_run_killed_ends_without_waiting_for_a_mark(run: Writer050) -> None:
+    """An aggregator (the child of a launcher) has the database open; both are killed:
+    no launcher is left to mark the manifest, so the follow ends at its next look."""
+    records = step_records(0, 50)
+    run.flush(records)
+    run.disconnect()
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(run.database)],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert launcher.stdout is not None
+        launcher.stdout.readline()  # the aggregator has the database open
+        follower = follow(run.root)
+        wait_for(lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"))
+        os.killpg(launcher.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        code, out, _err = finish(follower)
+        took = time.monotonic() - killed
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.communicate()
+    assert code == EXIT_INCOMPLETE, out
+    assert "the aggregator is gone" in out
+    assert took < 7, f"the follow waited {took:.1f} s for a mark no one was left to write"
+    assert exported(run.root) == expected([records])
 
 
 def test_an_idle_run_never_marked_complete_ends_after_the_idle_timeout(run: Writer050) -> None:

@@ -33,9 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import apsw
 import orjson
 
 from ._backfill import (
+    DATABASE_ERRORS,
     PAGE_ROWS,
     BackfillError,
     Connection,
@@ -46,6 +48,7 @@ from ._backfill import (
 )
 from ._feeding import wait_for_room
 from ._report import ExportReport, write_warning_file
+from ._writers import DatabaseWriters, database_holders
 from .worker import ExportWorker
 
 __all__ = [
@@ -64,6 +67,9 @@ QUEUE_LIMIT = 16
 """Batches kept queued in the worker; the follower waits for room, so nothing is dropped."""
 ALIVE_CHECK_S = 2.0
 """Idle seconds before the follower looks whether the aggregator still has the database open."""
+MARK_GRACE_S = 10.0
+"""Seconds to wait, once the aggregator is gone, for TraceML's launcher to mark the manifest
+(it does so after its aggregator exits); less when the launcher is seen to be gone too."""
 GC_YOUNG_THRESHOLD = 50_000
 """Allocations between collections of the cyclic GC's youngest generation while following."""
 
@@ -133,36 +139,6 @@ def run_complete(manifest: dict[str, Any] | None) -> bool:
     )
 
 
-def database_holders(database: Path) -> set[int] | None:
-    """Pids (other than ours) with ``database`` open; None where /proc cannot tell."""
-    proc = Path("/proc")
-    if not (proc / "self" / "fd").is_dir():
-        return None
-    target = os.path.realpath(database)
-    mine = os.getpid()
-    holders: set[int] = set()
-    for entry in os.scandir(proc):
-        if not entry.name.isdigit() or int(entry.name) == mine:
-            continue
-        with contextlib.suppress(OSError):
-            for fd in os.scandir(f"{entry.path}/fd"):
-                with contextlib.suppress(OSError):
-                    if os.readlink(fd.path) == target:
-                        holders.add(int(entry.name))
-                        break
-    return holders
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @dataclass
 class FollowResult:
     """How following ended, and its figures."""
@@ -216,7 +192,7 @@ class Follower:
         self._saved: tuple[dict[str, int], dict[str, int], int] | None = None
         self._identity: dict[str, Any] = {}
         self._skipped_before = 0
-        self._aggregator: set[int] | None = None
+        self._writers = DatabaseWriters(folder.database)
         self._stalled = False
         self.bookmark_error: str | None = None
         self.read_error: str | None = None
@@ -309,6 +285,8 @@ class Follower:
             end = "interrupted"
         if end != "exporter-failed" and report.failure is not None:
             end = "exporter-failed"
+        if end == "complete":
+            self._finish_traceml_close()
         self._save_delivered(report.delivered_records)
         return FollowResult(
             end,
@@ -333,6 +311,8 @@ class Follower:
             now = self._clock()
             if got:
                 last_rows = now
+                if self._writers.holders is None:
+                    self._writers.find()  # while it writes, so its launcher is known
                 continue  # a backlog: read on before sleeping
             if run_complete(self.folder.manifest()):
                 self._final_read(source)
@@ -340,7 +320,8 @@ class Follower:
             idle = now - last_rows
             if idle >= ALIVE_CHECK_S and now >= next_alive_check:
                 next_alive_check = now + ALIVE_CHECK_S
-                if not self._aggregator_alive():
+                if not self._writers.alive():
+                    self._await_mark()
                     self._final_read(source)
                     return "complete" if run_complete(self.folder.manifest()) else "aggregator-gone"
             if idle >= self.idle_timeout:
@@ -356,6 +337,31 @@ class Follower:
             return
         source.count_tail_pruned()
         self._mark(source)
+
+    def _finish_traceml_close(self) -> None:
+        """Remove the ``-wal`` and ``-shm`` TraceML's last close left because a read of
+        ours overlapped it, as that close does when it is the last one.
+
+        Only where the run is marked complete, no process has the database open, and the
+        ``-wal`` is empty (TraceML's closing checkpoint ran whole and truncated it): then
+        opening and closing a connection that may write copies nothing into the
+        database, and SQLite removes both files. Anything else is left as it is.
+        """
+        database = self.folder.database
+        wal = database.with_name(database.name + "-wal")
+        try:
+            if wal.stat().st_size != 0:
+                return
+        except OSError:
+            return
+        if not run_complete(self.folder.manifest()) or database_holders(database) != set():
+            return
+        with contextlib.suppress(*DATABASE_ERRORS):
+            connection = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READWRITE)
+            try:
+                connection.execute("PRAGMA schema_version").fetchall()
+            finally:
+                connection.close()
 
     def _connect(self) -> Connection:
         """A read-only connection, immutable once no one has the database open.
@@ -414,19 +420,14 @@ class Follower:
             (self._submitted, dict(source.last_id), dict(source.pruned), source.skipped)
         )
 
-    def _aggregator_alive(self) -> bool:
-        """Whether the process that writes the database still has it open.
-
-        The writer is found once (the processes holding the file when first
-        asked) and then checked by pid; where /proc cannot tell, only the
-        manifest and the idle timeout end the follow.
-        """
-        if self._aggregator is None:
-            holders = database_holders(self.folder.database)
-            if holders is None:
-                return True
-            self._aggregator = holders
-        return any(_alive(pid) for pid in self._aggregator)
+    def _await_mark(self) -> None:
+        """The aggregator is gone: give its launcher up to ``MARK_GRACE_S`` to mark the
+        manifest, unless the launcher is known and gone too (the whole run was killed)."""
+        deadline = self._clock() + MARK_GRACE_S
+        while not run_complete(self.folder.manifest()) and self._clock() < deadline:
+            if self._writers.launchers_gone():
+                return
+            time.sleep(self.poll_interval)
 
     # -- bookmark ---------------------------------------------------------------
 

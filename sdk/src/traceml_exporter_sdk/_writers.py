@@ -1,0 +1,89 @@
+"""Which processes write a run's database, and whether they still run (Linux ``/proc``).
+
+TraceML's aggregator is the process with the database open; its parent is the
+launcher, which marks the run's manifest after the aggregator exits. Where
+``/proc`` cannot tell, nothing is known, and the follower ends on the manifest or
+its idle timeout alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+__all__ = ["DatabaseWriters", "database_holders"]
+
+
+def database_holders(database: Path) -> set[int] | None:
+    """Pids (other than ours) with ``database`` open; None where /proc cannot tell."""
+    proc = Path("/proc")
+    if not (proc / "self" / "fd").is_dir():
+        return None
+    target = os.path.realpath(database)
+    mine = os.getpid()
+    return {
+        int(entry.name)
+        for entry in os.scandir(proc)
+        if entry.name.isdigit() and int(entry.name) != mine and _holds(entry.path, target)
+    }
+
+
+def _holds(proc_dir: str, target: str) -> bool:
+    """Whether the process of ``/proc/<pid>`` has the file ``target`` open."""
+    with contextlib.suppress(OSError):
+        for fd in os.scandir(f"{proc_dir}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(fd.path) == target:
+                    return True
+    return False
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first); None
+    once the process is gone or reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs: a zombie (killed, not yet reaped) does not."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+class DatabaseWriters:
+    """The processes found with a database open (the aggregator) and their parents."""
+
+    def __init__(self, database: Path) -> None:
+        self.database = database
+        self.holders: set[int] | None = None
+        """Pids found with the database open; None: not looked for, or /proc cannot tell."""
+        self.launchers: set[int] | None = None
+        """Their parents (init and us left out); None: not known."""
+
+    def find(self) -> None:
+        """Note who has the database open now, and their parents."""
+        holders = database_holders(self.database)
+        if holders is None:
+            return
+        self.holders = holders
+        if holders:
+            parents = {fields[1] for fields in map(_stat, holders) if fields is not None}
+            self.launchers = {int(p) for p in parents} - {0, 1, os.getpid()}
+
+    def alive(self) -> bool:
+        """Whether a process found with the database open (found now if never looked
+        for) still has it open; True where /proc cannot tell."""
+        if self.holders is None:
+            self.find()
+            if self.holders is None:
+                return True
+        target = os.path.realpath(self.database)
+        return any(_holds(f"/proc/{pid}", target) for pid in self.holders)
+
+    def launchers_gone(self) -> bool:
+        """Whether the holders' parents are known and none of them runs any more."""
+        return self.launchers is not None and not any(map(_alive, self.launchers))
