@@ -346,7 +346,7 @@ def test_a_whole_run_killed_ends_without_waiting_for_a_mark(run: Writer050) -> N
         launcher.communicate()
     assert code == EXIT_INCOMPLETE, out
     assert "the aggregator is gone" in out
-    assert took < 7, f"the follow waited {took:.1f} s for a mark no one was left to write"
+    assert took < 10, f"the follow waited {took:.1f} s for a mark no one was left to write"
     assert exported(run.root) == expected([records])
 
 
