@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from traceml_exporter_sdk.testing import prometheus_server as peer
@@ -35,8 +36,8 @@ def _field(number: int, payload: bytes) -> bytes:
     return bytes((number << 3 | 2, len(payload))) + payload
 
 
-def write_request(name: str, value: float, stamp_ms: int, **labels: str) -> bytes:
-    """A one-sample WriteRequest, snappy-framed as one literal (valid, uncompressed)."""
+def timeseries(name: str, value: float, stamp_ms: int, **labels: str) -> bytes:
+    """One TimeSeries field of a WriteRequest: labels and one sample."""
     pairs = sorted({"__name__": name, **labels}.items())
     series = b"".join(_field(1, _field(1, k.encode()) + _field(2, v.encode())) for k, v in pairs)
     stamp = bytearray()
@@ -46,9 +47,19 @@ def write_request(name: str, value: float, stamp_ms: int, **labels: str) -> byte
         if not stamp_ms:
             break
     sample = b"\x09" + struct.pack("<d", value) + b"\x10" + bytes(stamp)
-    body = _field(1, series + _field(2, sample))
+    return _field(1, series + _field(2, sample))
+
+
+def framed(*series: bytes) -> bytes:
+    """A WriteRequest of ``series``, snappy-framed as one literal (valid, uncompressed)."""
+    body = b"".join(series)
     assert len(body) <= 256
     return bytes((len(body),)) + b"\xf0" + bytes((len(body) - 1,)) + body
+
+
+def write_request(name: str, value: float, stamp_ms: int, **labels: str) -> bytes:
+    """A one-sample WriteRequest."""
+    return framed(timeseries(name, value, stamp_ms, **labels))
 
 
 def post(url: str, body: bytes, **headers: str) -> int:
@@ -96,6 +107,29 @@ def test_victoria_metrics_reads_back_infinities_and_any_label_text() -> None:
         assert post(server.write_url, write_request("probe", -2.5, now, t="plain")) == 204
         found = {s.labels["t"]: s.values for s in server.samples('{__name__="probe"}')}
     assert found == {text: [math.inf], "plain": [-2.5]}
+
+
+STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
+"""Prometheus' staleness marker: the one NaN bit pattern that ends a series."""
+
+
+@pytest.mark.parametrize("start", [prometheus_server, victoria_metrics_server])
+def test_a_staleness_marker_is_no_sample_and_ends_the_series_for_a_query(start: Any) -> None:
+    """As the Prometheus sink ends a replaced series: its marker and the new series share
+    one request and one timestamp."""
+    now = int(time.time() * 1000)
+    with start() as server:
+        assert post(server.write_url, write_request("info", 1.0, now - 1000, v="old")) == 204
+        ended = timeseries("info", STALE, now, v="old")
+        assert post(server.write_url, framed(ended, timeseries("info", 1.0, now, v="new"))) == 204
+        found = {s.labels["v"]: s.values for s in server.samples('{__name__="info"}')}
+        shown = server.query("info", at=now / 1000, until=lambda found: shows(found) == ["new"])
+    assert shows(shown) == ["new"]  # "old" for ever: its marker was taken for a sample
+    assert found == {"old": [1.0], "new": [1.0]}
+
+
+def shows(answer: dict[frozenset[tuple[str, str]], float]) -> list[str]:
+    return sorted(dict(labels)["v"] for labels in answer)
 
 
 def test_vmauth_lets_only_its_token_through() -> None:

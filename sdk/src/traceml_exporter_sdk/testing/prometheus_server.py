@@ -5,6 +5,7 @@
 starts VictoriaMetrics (1.79), each on a free port with its storage in a
 temporary folder, and yields a :class:`MetricsServer`: its remote-write URL,
 ``samples(match)`` to read back every raw sample over the server's HTTP API,
+``query(promql)`` to ask what a dashboard would,
 and ``stop()``/``start()`` (same port, same data) for faults. Every wait is
 bounded; the process and its folder are gone on exit. Standard library only.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -27,7 +29,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,7 +203,13 @@ class MetricsServer:
             proc.wait(timeout)
 
     def samples(self, match: str) -> list[Series]:
-        """Every raw sample of every series ``match`` (a PromQL selector) selects."""
+        """Every raw sample of every series ``match`` (a PromQL selector) selects.
+
+        Staleness markers are not samples: Prometheus' query API leaves them out, and so
+        does this on VictoriaMetrics, whose raw export returns them as NaN or null (it
+        stores no other NaN: an ordinary one is dropped as it is written). A series whose
+        samples are all markers is left out too.
+        """
         if self.kind == "prometheus":
             query = urllib.parse.urlencode(
                 {"query": f"{match}[36500d]", "time": f"{time.time() + 86400:.3f}"}
@@ -227,14 +235,48 @@ class MetricsServer:
         for line in lines:
             if line.strip():
                 item = json.loads(_VALUES.sub(_json_numbers, line), strict=False)
-                out.append(
-                    Series(
-                        dict(item["metric"]),
-                        [int(t) for t in item["timestamps"]],
-                        [float(v) for v in item["values"]],
-                    )
-                )
+                kept = [
+                    (int(t), float(v))
+                    for t, v in zip(item["timestamps"], item["values"], strict=True)
+                    if v is not None and not math.isnan(v)
+                ]
+                if kept:
+                    stamps, values = zip(*kept, strict=True)
+                    out.append(Series(dict(item["metric"]), list(stamps), list(values)))
         return out
+
+    def query(
+        self,
+        promql: str,
+        at: float | None = None,
+        *,
+        until: Callable[[dict[frozenset[tuple[str, str]], float]], bool] | None = None,
+        timeout: float = 10.0,
+    ) -> dict[frozenset[tuple[str, str]], float]:
+        """An instant query, as a dashboard asks it: ``{labels: value}`` at ``at`` (now).
+
+        What a user sees: staleness and lookback are applied by the server itself.
+        VictoriaMetrics answers a query over a short range from data up to about a
+        second old (its raw export sees a write at once), so a caller that knows what
+        it waits for passes ``until``: the query is repeated until ``until(answer)``
+        holds or ``timeout`` passes, and the last answer is returned either way.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.kind != "prometheus":
+                _get(f"{self.base_url}/internal/force_flush")
+            moment = time.time() if at is None else at
+            query = urllib.parse.urlencode({"query": promql, "time": f"{moment:.3f}"})
+            answer = json.loads(_get(f"{self.base_url}/api/v1/query?{query}"))
+            if answer.get("status") != "success":
+                raise AssertionError(f"{self.kind} query {promql!r} failed: {answer}")
+            found = {
+                frozenset(item["metric"].items()): float(item["value"][1])
+                for item in answer["data"]["result"]
+            }
+            if until is None or until(found) or time.monotonic() > deadline:
+                return found
+            time.sleep(0.1)
 
 
 @contextlib.contextmanager
