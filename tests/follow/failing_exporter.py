@@ -1,11 +1,36 @@
-"""An exporter whose ``write`` raises on the Nth call (``FAIL_AFTER_WRITES``), for the
-follower's fault tests; it keeps nothing, so it has nothing to release."""
+"""Exporters that fail on purpose, for the follower's fault tests.
+
+``make_exporter``: ``write`` raises on the Nth call (``FAIL_AFTER_WRITES``); it keeps
+nothing, so it has nothing to release. ``make_flaky``: the jsonl exporter whose first
+``FAIL_INSTANCES`` instances on a folder raise in their Nth ``write`` (a sink outage
+that ends), or in ``open`` with ``FAIL_IN=open``; ``FAIL_PERMANENT=1`` marks the error
+permanent (a class attribute, as a sink package would, with nothing from the SDK).
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from traceml_exporter_sdk.jsonl import make_exporter as make_jsonl
+
+
+class SinkDownError(OSError):
+    """A transient failure: the sink went away."""
+
+
+class SinkRefusedError(Exception):
+    """A permanent one: the sink refuses these credentials."""
+
+    permanent = True
+
+
+def _error() -> Exception:
+    if os.environ.get("FAIL_PERMANENT") == "1":
+        return SinkRefusedError("the sink refused the credentials")
+    return SinkDownError("the sink went away")
 
 
 class FailingExporter:
@@ -18,7 +43,7 @@ class FailingExporter:
     def write(self, records: Sequence[Any]) -> None:
         self._left -= 1
         if self._left <= 0:
-            raise OSError("the sink went away")
+            raise _error()
 
     def flush(self) -> None:
         pass
@@ -29,3 +54,42 @@ class FailingExporter:
 
 def make_exporter(context: Any) -> FailingExporter:
     return FailingExporter(context)
+
+
+class FlakyJsonl:
+    """jsonl, but instance number ``k`` (counted in a file beside the export) fails while
+    ``k <= FAIL_INSTANCES``; a failing method releases what it holds before raising."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+        self._inner: Any = None
+        self._writes = 0
+        self._fails = False
+
+    def open(self) -> None:
+        counter = Path(self._context.session_root) / "aggregator" / "flaky-instances"
+        counter.parent.mkdir(parents=True, exist_ok=True)
+        number = int(counter.read_text() or 0) + 1 if counter.exists() else 1
+        counter.write_text(str(number))
+        self._fails = number <= int(os.environ.get("FAIL_INSTANCES", "1"))
+        if self._fails and os.environ.get("FAIL_IN") == "open":
+            raise _error()
+        self._inner = make_jsonl(self._context)
+        self._inner.open()
+
+    def write(self, records: Sequence[Any]) -> None:
+        self._writes += 1
+        if self._fails and self._writes >= int(os.environ.get("FAIL_AFTER_WRITES", "2")):
+            self._inner.close()
+            raise _error()
+        self._inner.write(records)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def close(self, *, dropped_batches: int = 0) -> None:
+        self._inner.close(dropped_batches=dropped_batches)
+
+
+def make_flaky(context: Any) -> FlakyJsonl:
+    return FlakyJsonl(context)

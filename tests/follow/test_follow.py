@@ -15,98 +15,25 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from traceml_exporter_sdk.records import Record
-from traceml_exporter_sdk.testing.readback import jsonl_parts
+from follow_helpers import (
+    EXIT_INCOMPLETE,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_PERMANENT,
+    bookmark,
+    expected,
+    exported,
+    finish,
+    follow,
+    status,
+    wait_for,
+)
 from writer050 import Writer050, corpus_records_050, step_records
-
-FAST = ["--poll-interval", "0.05", "--flush-interval", "0.1", "--wait", "20"]
-EXIT_INPUT, EXIT_EXPORT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 3, 4, 6, 130
-FAILING = Path(__file__).with_name("failing_exporter.py")
-
-
-def follow(root: Path, *args: str, spec: str = "jsonl", **env: str) -> subprocess.Popen[str]:
-    """Start ``traceml-exporter follow`` on ``root`` (all streams, hostname kept)."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "traceml_exporter_sdk.cli",
-            "follow",
-            spec,
-            "--session-root",
-            str(root),
-            "--streams",
-            "all",
-            "--hostname",
-            *FAST,
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(FAILING.parent), **env},
-    )
-
-
-def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
-    out, err = process.communicate(timeout=timeout)
-    return process.returncode, out, err
-
-
-def exported(root: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every record line of every part; a torn last line of a part that was never
-    closed (the follower was killed mid-write) is left out, as its rows were never
-    acknowledged."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    export = root / "aggregator" / "export"
-    for stream in ("step_time", "step_memory", "system", "system_gpu", "process"):
-        for path in jsonl_parts(export, stream):
-            lines = path.read_bytes().split(b"\n")
-            for number, raw in enumerate(lines):
-                if not raw.strip():
-                    continue
-                try:
-                    data = json.loads(raw)
-                except ValueError:
-                    assert number == len(lines) - 1, f"{path}: a bad line before the last"
-                    continue
-                if "closing" not in data:
-                    out.setdefault(stream, []).append(data)
-    for stream in ("runtime_environment", "stdout_stderr"):
-        for path in jsonl_parts(export, stream):
-            for raw in path.read_bytes().splitlines():
-                data = json.loads(raw)
-                if "closing" not in data:
-                    out.setdefault(stream, []).append(data)
-    return out
-
-
-def expected(batches: Sequence[Sequence[Record]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for batch in batches:
-        for record in batch:
-            out.setdefault(record.STREAM, []).append(record.to_dict())
-    return out
-
-
-def bookmark(root: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads((root / "aggregator/follow/bookmark.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data
-
-
-def wait_for(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -133,7 +60,10 @@ def test_every_row_of_a_live_run_reaches_the_exporter_once(run: Writer050) -> No
     assert "table layout               TraceML 0.5.0's" in out
     folder = sorted(p.name for p in (run.root / "aggregator").iterdir())
     assert folder == ["export", "follow", "telemetry"], "the run folder holds only ours beside it"
-    assert os.listdir(run.root / "aggregator" / "follow") == ["bookmark.json"]
+    follow_dir = sorted(os.listdir(run.root / "aggregator" / "follow"))
+    assert follow_dir == ["bookmark.json", "lock", "status.json"]
+    assert status(run.root)["state"] == "done"
+    assert status(run.root)["end"] == "complete"
 
 
 READER = """
@@ -259,21 +189,25 @@ def test_killed_and_started_again_it_loses_nothing_and_repeats_only_the_unacknow
     assert all(step >= acknowledged for step in repeated), "an acknowledged row came twice"
 
 
-def test_an_exporter_failing_mid_run_is_recorded_and_the_run_goes_on(run: Writer050) -> None:
-    follower = follow(run.root, spec="failing_exporter:make_exporter", FAIL_AFTER_WRITES="2")
+def test_an_exporter_failing_permanently_is_recorded_and_ends_the_follow(run: Writer050) -> None:
+    follower = follow(
+        run.root, spec="failing_exporter:make_exporter", FAIL_AFTER_WRITES="2", FAIL_PERMANENT="1"
+    )
     run.flush(step_records(0, 10))
     wait_for(lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"))
     for i in range(1, 30):
         run.flush(step_records(i * 10, 10, observed=i))
         time.sleep(0.02)
-    busy, _, _ = run.close()
     code, out, err = finish(follower)
-    assert code == EXIT_EXPORT, out
-    assert "failed in write" in err
+    busy, _, _ = run.close()
+    assert code == EXIT_PERMANENT, out
+    assert "failed in write: SinkRefusedError" in err
     assert "follow/finalization_warning.json" in err
+    assert "failed permanently" in out
     warning = json.loads((run.root / "aggregator/follow/finalization_warning.json").read_text())
     assert warning["export"]["failed_method"] == "write"
     assert warning["follow"]["run_end"] == "exporter-failed"
+    assert warning["follow"]["permanent_failure"] is True
     assert bookmark(run.root)["last_id"]["step_time_samples"] == 10, "only the flushed rows"  # type: ignore[index]
     assert not (run.root / "aggregator" / "finalization_warning.json").exists(), (
         "TraceML's own finalization_warning.json is TraceML's"
@@ -350,13 +284,47 @@ def test_a_whole_run_killed_ends_without_waiting_for_a_mark(run: Writer050) -> N
     assert exported(run.root) == expected([records])
 
 
-def test_an_idle_run_never_marked_complete_ends_after_the_idle_timeout(run: Writer050) -> None:
-    """The aggregator lives on (an orphan after kill -9 of the launcher) but sends nothing."""
-    follower = follow(run.root, "--idle-timeout", "1.5")
+ORPHAN = """
+import os, sqlite3, subprocess, sys, time
+if sys.argv[1] == "launcher":
+    child = subprocess.Popen([sys.executable, "-c", sys.argv[2], "aggregator", sys.argv[3]])
+    print(child.pid, flush=True)
+    time.sleep(600)
+else:
+    connection = sqlite3.connect(sys.argv[2])
+    connection.execute("SELECT count(*) FROM step_time_samples").fetchall()
+    time.sleep(600)
+"""
+
+
+def test_an_orphaned_aggregator_quiet_past_the_idle_timeout_ends_unfinished(
+    run: Writer050,
+) -> None:
+    """kill -9 of TraceML's launcher leaves its aggregator alive but orphaned: the idle rule
+    applies to it (a run whose launcher lives is only quiet, see test_follow_service)."""
     run.flush(step_records(0, 10))
-    code, out, _err = finish(follower)
+    run.disconnect()
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN, "launcher", ORPHAN, str(run.root / "aggregator/telemetry")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert launcher.stdout is not None
+    aggregator = int(launcher.stdout.readline())
+    try:
+        follower = follow(run.root, "--idle-timeout", "1.5")
+        # once a flush returned, it has read rows and noted the aggregator and its launcher
+        wait_for(lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"))
+        launcher.kill()
+        launcher.wait(10)
+        code, out, _err = finish(follower)
+    finally:
+        launcher.stdout.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(aggregator, signal.SIGKILL)
     assert code == EXIT_INCOMPLETE, out
     assert "no new row for --idle-timeout" in out
+    assert len(exported(run.root)["step_time"]) == 10
 
 
 def test_rows_pruned_before_they_were_read_are_counted(run: Writer050) -> None:

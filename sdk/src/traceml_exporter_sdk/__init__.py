@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .context import ExporterContext
-    from .exporter import Exporter, ExporterFactory
+    from .exporter import Exporter, ExporterFactory, PermanentExportError, is_permanent
     from .factory import (
         ExporterSettingError,
         FactoryFailure,
@@ -66,6 +66,7 @@ __all__ = [
     "ExporterSettingError",
     "FactoryFailure",
     "JsonlExporter",
+    "PermanentExportError",
     "ProcessRecord",
     "Record",
     "RecordBatch",
@@ -76,6 +77,7 @@ __all__ = [
     "SystemGpuRecord",
     "SystemRecord",
     "__version__",
+    "is_permanent",
     "load_exporter",
     "parse_export_streams",
     "records_from_payload",
@@ -87,6 +89,8 @@ _WHERE = {
     "ExporterContext": "context",
     "Exporter": "exporter",
     "ExporterFactory": "exporter",
+    "PermanentExportError": "exporter",
+    "is_permanent": "exporter",
     "ExporterSettingError": "factory",
     "FactoryFailure": "factory",
     "load_exporter": "factory",

@@ -32,10 +32,15 @@ Method = Literal["factory", "open", "write", "flush", "close", "worker"]
 
 @dataclass(frozen=True, slots=True)
 class ExportFailure:
-    """The one failure that stopped export: which call, and what it raised."""
+    """The one failure that stopped export: which call, and what it raised.
+
+    ``permanent``: the exporter marked it so (``exporter.is_permanent``), or its factory
+    could not be loaded or called; a follower does not retry it.
+    """
 
     method: Method
     error: str
+    permanent: bool = False
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,8 @@ class DatabaseWriters:
         """Pids found with the database open; None: not looked for, or /proc cannot tell."""
         self.launchers: set[int] | None = None
         """Their parents (init and us left out); None: not known."""
+        self.parents: dict[int, int] = {}
+        """Each holder's parent when it was first found."""
 
     def find(self) -> None:
         """Note who has the database open now, and their parents."""
@@ -71,8 +73,12 @@ class DatabaseWriters:
             return
         self.holders = holders
         if holders:
-            parents = {fields[1] for fields in map(_stat, holders) if fields is not None}
-            self.launchers = {int(p) for p in parents} - {0, 1, os.getpid()}
+            for pid in holders:
+                fields = _stat(pid)
+                if fields is not None:
+                    self.parents.setdefault(pid, int(fields[1]))
+            parents = {self.parents[pid] for pid in holders if pid in self.parents}
+            self.launchers = parents - {0, 1, os.getpid()}
 
     def alive(self) -> bool:
         """Whether a process found with the database open (found now if never looked
@@ -87,3 +93,24 @@ class DatabaseWriters:
     def launchers_gone(self) -> bool:
         """Whether the holders' parents are known and none of them runs any more."""
         return self.launchers is not None and not any(map(_alive, self.launchers))
+
+    def attended(self) -> bool:
+        """Whether the run is alive and looked after: a process found with the database
+        open still has it, and still has the parent it had then (its launcher lives).
+
+        False where /proc cannot tell, and for an aggregator that is gone or orphaned
+        (re-parented after its launcher died): only then may a quiet run be given up.
+        """
+        if self.holders is None:
+            self.find()
+            if self.holders is None:
+                return False
+        target = os.path.realpath(self.database)
+        for pid in self.holders:
+            fields = _stat(pid)
+            if fields is None or fields[0] in ("Z", "X") or not _holds(f"/proc/{pid}", target):
+                continue
+            parent = self.parents.get(pid)
+            if parent is not None and int(fields[1]) == parent and _alive(parent):
+                return True
+        return False

@@ -1,4 +1,5 @@
-"""The ``Exporter`` protocol: the four methods TraceML's export worker calls."""
+"""The ``Exporter`` protocol: the four methods TraceML's export worker calls, and how a
+failure says waiting cannot fix it (``permanent``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Protocol, runtime_checkable
 from .context import ExporterContext
 from .records import ExportRecord
 
-__all__ = ["Exporter", "ExporterFactory"]
+__all__ = ["Exporter", "ExporterFactory", "PermanentExportError", "is_permanent"]
 
 
 @runtime_checkable
@@ -36,3 +37,31 @@ class Exporter(Protocol):
 
 ExporterFactory = Callable[[ExporterContext], Exporter]
 """What ``module:factory`` names: called once as ``factory(context)``."""
+
+
+class PermanentExportError(Exception):
+    """A failure no retry can fix: bad credentials, a schema the sink refuses, a bad setting.
+
+    ``traceml-exporter follow`` retries any other failure with a new exporter once the
+    sink is back; this one ends it at once. Any exception class (or instance) with a
+    truthy ``permanent`` attribute means the same, so an exporter package needs nothing
+    from the SDK to say it (OpenTelemetry's ``consumererror.NewPermanent`` in one attribute).
+    """
+
+    permanent = True
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether ``exc``, or an exception it was raised from or while handling, is marked
+    ``permanent``; an exception that says nothing is transient. Never raises."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        try:
+            if getattr(current, "permanent", False):
+                return True
+            current = current.__cause__ or current.__context__
+        except BaseException:  # an attribute that raises says nothing
+            return False
+    return False

@@ -61,7 +61,7 @@ from ._report import (
     write_warning_file,
 )
 from .context import ExporterContext
-from .exporter import Exporter
+from .exporter import Exporter, is_permanent
 from .factory import FactoryFailure, call_factory, load_exporter
 from .mapping import records_from_payload
 from .records import ExportRecord, RecordBatch
@@ -146,6 +146,7 @@ class ExportWorker:
         self._report: ExportReport | None = None
         self._thread: threading.Thread | None = None
         self._exporter: Exporter | None = None
+        self._opened = False
         self._failure: ExportFailure | None = None
         self._dropped = 0
         self._skipped = 0
@@ -165,7 +166,7 @@ class ExportWorker:
         else:
             loaded = call_factory(self._setting, self.context, self.label)
         if isinstance(loaded, FactoryFailure):
-            self._fail("factory", loaded.error)
+            self._fail("factory", loaded.error, permanent=True)
         else:
             self._exporter = loaded
         self._thread = threading.Thread(target=self._main, name=self._thread_name, daemon=True)
@@ -281,14 +282,19 @@ class ExportWorker:
             return self._delivered
 
     @property
+    def opened(self) -> bool:
+        """The exporter's ``open`` returned (and nothing has failed since)."""
+        return self._opened and self._failure is None
+
+    @property
     def failure(self) -> ExportFailure | None:
         """The failure that stopped export so far, if any."""
         return self._failure
 
     # -- worker thread ---------------------------------------------------------
 
-    def _fail(self, method: Method, error: str) -> None:
-        self._failure = ExportFailure(method, error)
+    def _fail(self, method: Method, error: str, *, permanent: bool = False) -> None:
+        self._failure = ExportFailure(method, error, permanent)
         self._exporter = None
         log_error(
             "[TraceML] exporter %r failed in %s: %s; export stopped for this run, "
@@ -333,7 +339,7 @@ class ExportWorker:
             getattr(exporter, method)(*args, **kwargs)
         except BaseException as exc:  # any raise stops export; the run goes on
             if not self._abandoned:
-                self._fail(method, describe_exception(exc))
+                self._fail(method, describe_exception(exc), permanent=is_permanent(exc))
             return False
         return True
 
@@ -394,7 +400,7 @@ class ExportWorker:
                 self._delivered += count
 
     def _run(self) -> None:
-        self._call("open")
+        self._opened = self._call("open")
         pending = 0
         last_flush = time.monotonic()
         interval = self._flush_interval

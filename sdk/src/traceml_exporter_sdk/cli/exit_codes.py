@@ -14,7 +14,9 @@ __all__ = [
     "EXIT_INPUT",
     "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",
+    "EXIT_LOCKED",
     "EXIT_OK",
+    "EXIT_PERMANENT",
     "EXIT_USAGE",
 ]
 
@@ -25,6 +27,8 @@ EXIT_INPUT = 3
 EXIT_EXPORT = 4
 EXIT_DEPENDENCY = 5
 EXIT_INCOMPLETE = 6
+EXIT_PERMANENT = 7
+EXIT_LOCKED = 8
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 
@@ -38,15 +42,23 @@ EXIT_CODES: dict[int, str] = {
     "wrong kind, traceml.yaml not valid, --session-root not empty or not writable, output "
     "folder already there",
     EXIT_EXPORT: "replay, follow: the exporter failed or stalled, batches were dropped, or shutdown "
-    "timed out (the summary is still printed and finalization_warning.json written)",
+    "timed out; for follow, a sink still down after --max-outage (the summary is still "
+    "printed and finalization_warning.json written)",
     EXIT_DEPENDENCY: "an optional dependency is missing (msgspec, cookiecutter, pytest); "
     "the message says what to install",
     EXIT_INCOMPLETE: "follow: everything read was exported, but the export is incomplete: the "
     "run ended without TraceML marking it complete (aggregator gone, or idle past "
     "--idle-timeout), or rows were pruned by retention before they were read",
+    EXIT_PERMANENT: "follow: the exporter failed in a way waiting cannot fix (it marked the "
+    "error permanent: bad credentials, a schema the sink refuses; or its factory cannot be "
+    "imported or called): fix the sink or its settings, then start follow again (it resumes "
+    "from its bookmark)",
+    EXIT_LOCKED: "follow: the run is already being followed by another process (its lock in "
+    "aggregator/follow/); a second follower would export every row twice",
     EXIT_INTERNAL: "internal error (a bug); TRACEML_EXPORTER_DEBUG=1 shows the traceback",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C); replay and follow drain what they read and record "
-    "the stop (follow saves its bookmark)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C, or SIGTERM for follow --session-root); replay and "
+    "follow drain what they read and record the stop (follow saves its bookmark); follow "
+    "--logs-dir stopped by SIGTERM exits 0",
 }
 
 EXIT_EPILOG = "exit codes:\n" + "\n".join(

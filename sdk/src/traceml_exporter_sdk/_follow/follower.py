@@ -1,4 +1,5 @@
-"""Follow a live TraceML run: tail its SQLite database and feed new rows to an exporter.
+"""Follow a live TraceML run: tail its SQLite database and feed new rows to an exporter,
+riding out the exporter's failures.
 
 TraceML 0.5.0 has no exporter setting; its aggregator writes
 ``<run>/aggregator/telemetry`` (WAL mode, one transaction per 0.5 s flush). The
@@ -19,6 +20,10 @@ Guarantees (docs/follow.md):
   ``stream_key``.
 * Every loss is counted: rows pruned before they were read (id gaps), rows that
   fit no record, a run that ended without TraceML marking it complete.
+* An outage is waited out: when the exporter fails, nothing more is called on it;
+  after a backoff a new one is made with the factory and reading goes on from the
+  last acknowledged position, so no row is lost while the database still holds it
+  and nothing acknowledged is sent twice. A failure marked permanent ends it.
 """
 
 from __future__ import annotations
@@ -27,16 +32,17 @@ import collections
 import contextlib
 import gc
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import apsw
 import orjson
 
-from ._backfill import (
+from .._backfill import (
     DATABASE_ERRORS,
     PAGE_ROWS,
     BackfillError,
@@ -46,23 +52,22 @@ from ._backfill import (
     open_database,
     plan_tables,
 )
-from ._feeding import wait_for_room
-from ._report import ExportReport, write_warning_file
-from ._writers import DatabaseWriters, database_holders
-from .worker import ExportWorker
+from .._feeding import wait_for_room
+from .._report import ExportFailure, ExportReport, write_warning_file
+from .._writers import DatabaseWriters, database_holders
+from ..worker import ExportWorker
+from .retry import Backoff
+from .run import FollowError, RunFolder, run_complete
+from .status import RunStatus
 
 __all__ = [
     "BOOKMARK_VERSION",
     "End",
-    "FollowError",
     "FollowResult",
     "Follower",
-    "RunFolder",
 ]
 
 BOOKMARK_VERSION = 1
-DATABASE = Path("aggregator") / "telemetry"
-STATE_DIR = Path("aggregator") / "follow"
 QUEUE_LIMIT = 16
 """Batches kept queued in the worker; the follower waits for room, so nothing is dropped."""
 ALIVE_CHECK_S = 2.0
@@ -72,71 +77,32 @@ MARK_GRACE_S = 10.0
 (it does so after its aggregator exits); less when the launcher is seen to be gone too."""
 GC_YOUNG_THRESHOLD = 50_000
 """Allocations between collections of the cyclic GC's youngest generation while following."""
+LAG_CHECK_S = 2.0
+"""How often, while the sink is down, the follower counts the rows waiting in the database."""
 
 End = Literal[
     "complete", "aggregator-gone", "idle", "exporter-failed", "stalled", "read-error", "interrupted"
 ]
 
 
-class FollowError(Exception):
-    """The run folder cannot be followed; the message says why and what is accepted."""
+@dataclass(frozen=True, slots=True)
+class _Position:
+    """Where reading stands in the database: what a bookmark holds."""
+
+    last_id: dict[str, int]
+    pruned: dict[str, int]
+    skipped: int
+    rows_read: int
 
 
 @dataclass(frozen=True, slots=True)
-class RunFolder:
-    """A TraceML run folder: ``manifest.json`` and ``aggregator/telemetry``."""
+class _Mark:
+    """A position after a page was handed to the current exporter, with when it was read."""
 
-    root: Path
-
-    @property
-    def database(self) -> Path:
-        return self.root / DATABASE
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.root / "manifest.json"
-
-    @property
-    def state_dir(self) -> Path:
-        return self.root / STATE_DIR
-
-    @property
-    def bookmark_path(self) -> Path:
-        return self.state_dir / "bookmark.json"
-
-    @property
-    def warning_path(self) -> Path:
-        return self.state_dir / "finalization_warning.json"
-
-    def manifest(self) -> dict[str, Any] | None:
-        """The manifest as TraceML last wrote it; None while it is missing or mid-write."""
-        try:
-            data = orjson.loads(self.manifest_path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            return None
-        return data if type(data) is dict else None
-
-    def identity(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """What tells this run from another in the same folder."""
-        try:
-            inode = self.database.stat().st_ino
-        except OSError:
-            inode = None
-        return {
-            "session_id": manifest.get("session_id"),
-            "created_at": manifest.get("created_at"),
-            "database_inode": inode,
-        }
-
-
-def run_complete(manifest: dict[str, Any] | None) -> bool:
-    """TraceML marked the telemetry finished (``telemetry_status`` other than running)."""
-    if manifest is None:
-        return False
-    status = manifest.get("telemetry_status")
-    return status not in (None, "starting", "running") or (
-        manifest.get("aggregator_exit_code") is not None
-    )
+    submitted: int
+    position: _Position
+    exported: dict[str, int]
+    read_at: float
 
 
 @dataclass
@@ -154,6 +120,13 @@ class FollowResult:
     warning_error: str | None = None
     read_error: str | None = None
     """Why reading the database failed (``end`` is ``read-error``)."""
+    outages: list[dict[str, Any]] = field(default_factory=list)
+    exporter_failures: int = 0
+    resent_records: int = 0
+    permanent: bool = False
+    """The exporter's last failure was permanent (it said so, or its factory failed)."""
+    gave_up: bool = False
+    """The outage lasted past ``max_outage``."""
 
     @property
     def pruned_rows(self) -> int:
@@ -165,35 +138,57 @@ class FollowResult:
 
 
 class Follower:
-    """Tail one run's database into one ``ExportWorker``; ``run`` returns how it ended."""
+    """Tail one run's database into an exporter, made anew after each transient failure.
+
+    ``make_worker()`` gives a new, unstarted ``ExportWorker`` (with a new exporter from
+    the factory); ``run`` returns how following ended. ``stop`` ends it from another
+    thread (a signal's handler): drained, flushed, bookmark saved.
+    """
 
     def __init__(
         self,
         folder: RunFolder,
-        worker: ExportWorker,
+        make_worker: Callable[[], ExportWorker],
         *,
         poll_interval: float = 0.25,
         idle_timeout: float = 120.0,
         shutdown_timeout: float = 60.0,
+        backoff: Backoff | None = None,
+        stop: threading.Event | None = None,
+        status: RunStatus | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.folder = folder
-        self.worker = worker
+        self.make_worker = make_worker
+        self.worker = make_worker()
         self.poll_interval = poll_interval
         self.idle_timeout = idle_timeout
         self.shutdown_timeout = shutdown_timeout
+        self.backoff = backoff or Backoff()
+        self.stop = stop or threading.Event()
+        self.status = status or RunStatus(folder.root)
         self._clock = clock
-        self._streams = worker.context.streams
+        self._streams = self.worker.context.streams
         self._submitted = 0
-        # (records submitted when the mark was taken, last ids, pruned and skipped then)
-        self._marks: collections.deque[tuple[int, dict[str, int], dict[str, int], int]] = (
-            collections.deque()
-        )
+        self._by_stream: collections.Counter[str] = collections.Counter()
+        self._marks: collections.deque[_Mark] = collections.deque()
+        self._acked = _Position({}, {}, 0, 0)
+        self._acked_submitted = 0
+        self._exported_before: dict[str, int] = {}
+        """Records acknowledged by the exporters that failed before the current one (and,
+        resumed, by earlier follows)."""
+        self._acked_by_stream: dict[str, int] = {}
+        """Records the current exporter acknowledged, per stream."""
+        self._waiting_since: float | None = None
+        self._behind_floor: tuple[float, dict[str, int]] | None = None
+        """After a failure: when the oldest unacknowledged row was read, and how far reading
+        had got; rows up to there keep that time for the lag until they are acknowledged."""
         self._saved: tuple[dict[str, int], dict[str, int], int] | None = None
         self._identity: dict[str, Any] = {}
         self._skipped_before = 0
         self._writers = DatabaseWriters(folder.database)
         self._stalled = False
+        self._reports: list[ExportReport] = []
         self.bookmark_error: str | None = None
         self.read_error: str | None = None
 
@@ -217,6 +212,7 @@ class Follower:
                 self._resume(source, bookmark)
         finally:
             source.close()
+        self._acked = _Position(dict(source.last_id), dict(source.pruned), 0, 0)
         return source, bookmark is not None
 
     def _load_bookmark(self) -> dict[str, Any] | None:
@@ -262,53 +258,168 @@ class Follower:
         source.pruned.update(pruned)
         self._skipped_before = int(bookmark.get("skipped") or 0)
         self._saved = (dict(last_id), dict(pruned), self._skipped_before)
+        self._exported_before = {
+            str(k): int(v) for k, v in (bookmark.get("exported") or {}).items()
+        }
+        self.status.update(exported=dict(self._exported_before))
 
     # -- the loop ---------------------------------------------------------------
 
     def run(self, source: SqliteSource, resumed: bool) -> FollowResult:
-        """Follow until the run ends, the exporter fails, or Ctrl-C; then drain and close."""
+        """Follow until the run ends, a permanent failure, or ``stop``; then drain and close."""
         with fewer_collections():
             return self._run(source, resumed)
 
     def _run(self, source: SqliteSource, resumed: bool) -> FollowResult:
-        end: End
+        self.status.update(state="following")
+        while True:
+            end = self._attempt(source)
+            report = self._shut_down(end)
+            failure = report.failure
+            if failure is None:
+                break
+            if self.stop.is_set():
+                end = "interrupted"
+                break
+            end = "exporter-failed"
+            if failure.permanent:
+                break
+            outage = self.status.outage
+            if outage is not None and time.time() - outage["started"] >= self.backoff.max_outage:
+                return self._result(end, report, source, resumed, gave_up=True)
+            self._after_failure(source, failure)
+            if not self._wait_out(source, self.status.outage["tries"] if self.status.outage else 1):
+                end = "interrupted"
+                break
+            self.worker = self.make_worker()
+        return self._result(end, report, source, resumed)
+
+    def start(self) -> None:
+        """Start the first exporter (its factory is called on this thread)."""
+        self._start_worker()
+
+    def _start_worker(self) -> None:
+        if self.worker.thread is None:
+            self.worker.start()
+
+    def _attempt(self, source: SqliteSource) -> End:
+        """Follow with the current exporter until the run ends, it fails, or a stop."""
+        self._start_worker()
         try:
-            end = self._loop(source)
+            return self._loop(source)
         except KeyboardInterrupt:
-            end = "interrupted"
+            return "interrupted"
         except BackfillError as exc:
-            end, self.read_error = "read-error", str(exc)
+            self.read_error = str(exc)
+            return "read-error"
+
+    def _shut_down(self, end: End) -> ExportReport:
+        timeout = 0.0 if end == "exporter-failed" else self.shutdown_timeout
         try:
-            report = self.worker.shutdown(self.shutdown_timeout)
+            report = self.worker.shutdown(timeout)
         except KeyboardInterrupt:
             report = self.worker.shutdown(0.0)
-            end = "interrupted"
-        if end != "exporter-failed" and report.failure is not None:
-            end = "exporter-failed"
+        self._reports.append(report)
+        if report.failure is None:
+            self._save_delivered(report.delivered_records)
+        return report
+
+    def _after_failure(self, source: SqliteSource, failure: ExportFailure) -> None:
+        """Forget what the failed exporter was given past its last acknowledgement: it is
+        read again from the database for the next one."""
+        self._save_delivered(self._reports[-1].delivered_records)
+        resent = self._submitted - self._acked_submitted
+        read_to = dict(source.last_id)
+        oldest = self._marks[0].read_at if self._marks else self._clock()
+        if self._behind_floor is None and resent:
+            self._behind_floor = (oldest, read_to)
+        acked = self._acked
+        source.last_id = dict(acked.last_id)
+        source.pruned = dict(acked.pruned)
+        source.skipped = acked.skipped
+        source.rows_read = acked.rows_read
+        source.bad_rows = [
+            bad for bad in source.bad_rows if bad.row_id <= acked.last_id.get(bad.table, 0)
+        ]
+        self._exported_before = self._exported_now()
+        self._acked_by_stream = {}
+        self._marks.clear()
+        self._submitted = self._acked_submitted = 0
+        self._by_stream.clear()
+        self._stalled = False
+        self.status.failed(f"{failure.method}: {failure.error}", resent)
+
+    def _wait_out(self, source: SqliteSource, tries: int) -> bool:
+        """Back off before the next exporter, counting the rows waiting meanwhile; False on stop."""
+        deadline = self._clock() + self.backoff.delay(tries)
+        while True:
+            self._update_lag(source, None)
+            left = deadline - self._clock()
+            if left <= 0:
+                return True
+            if self.stop.wait(min(left, LAG_CHECK_S)):
+                return False
+
+    def _result(
+        self, end: End, report: ExportReport, source: SqliteSource, resumed: bool, **extra: Any
+    ) -> FollowResult:
         if end == "complete":
             self._finish_traceml_close()
-        self._save_delivered(report.delivered_records)
+        self.status.update(state="done", end=end)
+        combined = self._combined(report)
+        snapshot = self.status.snapshot()
+        failure = combined.failure
         return FollowResult(
             end,
-            report,
+            combined,
             source,
             resumed,
             self._skipped_before,
             bookmark_error=self.bookmark_error,
             read_error=self.read_error,
+            outages=snapshot["outages"] + ([snapshot["outage"]] if snapshot["outage"] else []),
+            exporter_failures=snapshot["exporter_failures"],
+            resent_records=snapshot["resent_records"],
+            permanent=failure is not None and failure.permanent,
+            **extra,
+        )
+
+    def _combined(self, last: ExportReport) -> ExportReport:
+        """The last exporter's report, with what the failed ones before it delivered."""
+        earlier = self._reports[:-1]
+        before = sum(r.delivered_records for r in earlier)
+        by_stream = dict(self._exported_before)
+        for stream, count in last.admitted_by_stream.items():
+            by_stream[stream] = by_stream.get(stream, 0) + count
+        return ExportReport(
+            exporter=last.exporter,
+            admitted_records=before + last.admitted_records,
+            delivered_records=before + last.delivered_records,
+            dropped_batches=last.dropped_batches,
+            skipped_units=sum(r.skipped_units for r in self._reports),
+            admitted_by_stream={s: n for s, n in by_stream.items() if n},
+            failure=last.failure,
+            timed_out=last.timed_out,
+            warning_path=last.warning_path,
+            warning_error=last.warning_error,
         )
 
     def _loop(self, source: SqliteSource) -> End:
         last_rows = self._clock()
         next_alive_check = 0.0
         while True:
+            if self.stop.is_set():
+                return "interrupted"
             got = self._read_all(source)
             if self.worker.failure is not None:
                 return "exporter-failed"
             if self._stalled:
                 return "stalled"
             self._save_delivered(self.worker.delivered_records)
+            if self.status.outage is not None and self._recovered():
+                self.status.recovered()
             now = self._clock()
+            self._update_lag(source, now, caught_up=not got)
             if got:
                 last_rows = now
                 if self._writers.holders is None:
@@ -324,10 +435,15 @@ class Follower:
                     self._await_mark()
                     self._final_read(source)
                     return "complete" if run_complete(self.folder.manifest()) else "aggregator-gone"
-            if idle >= self.idle_timeout:
+            if idle >= self.idle_timeout and not self._writers.attended():
                 self._final_read(source)
                 return "idle"
-            time.sleep(self.poll_interval)
+            if self.stop.wait(self.poll_interval):
+                return "interrupted"
+
+    def _recovered(self) -> bool:
+        """The new exporter opened and holds nothing unacknowledged: the sink is back."""
+        return self.worker.opened and self.worker.delivered_records >= self._submitted
 
     def _final_read(self, source: SqliteSource) -> None:
         """Read what is left, then count the rows deleted after the last one read."""
@@ -407,8 +523,11 @@ class Follower:
                     if not wait_for_room(self.worker, QUEUE_LIMIT, self.shutdown_timeout):
                         self._stalled = True  # rows of this page stay after the bookmark
                         return got
+                    if self.worker.failure is not None:
+                        return got  # this page stays after the bookmark, for the next exporter
                     self.worker.submit_records(records)
                     self._submitted += len(records)
+                    self._by_stream[plan.stream] += len(records)
                 if rows:
                     self._mark(source)
                 if rows < PAGE_ROWS:
@@ -416,9 +535,10 @@ class Follower:
         return got
 
     def _mark(self, source: SqliteSource) -> None:
-        self._marks.append(
-            (self._submitted, dict(source.last_id), dict(source.pruned), source.skipped)
+        position = _Position(
+            dict(source.last_id), dict(source.pruned), source.skipped, source.rows_read
         )
+        self._marks.append(_Mark(self._submitted, position, dict(self._by_stream), self._clock()))
 
     def _await_mark(self) -> None:
         """The aggregator is gone: give its launcher up to ``MARK_GRACE_S`` to mark the
@@ -429,24 +549,83 @@ class Follower:
                 return
             time.sleep(self.poll_interval)
 
+    # -- lag --------------------------------------------------------------------
+
+    def _update_lag(self, source: SqliteSource, now: float | None, caught_up: bool = False) -> None:
+        """Rows in the database not yet acknowledged, and how long the oldest has waited
+        since it was first seen (0 once every row is acknowledged).
+
+        ``now`` None: the sink is down and nothing is read, so the database is asked
+        for its highest ids instead."""
+        if now is None:
+            now = self._clock()
+            highest = self._highest_ids(source)
+        else:
+            highest = source.last_id
+        acked = self._acked.last_id
+        rows = sum(max(0, last - acked.get(table, 0)) for table, last in highest.items())
+        if rows == 0 and (caught_up or not self._marks):
+            self._waiting_since = None
+            lag = 0.0
+        else:
+            if self._waiting_since is None:
+                self._waiting_since = self._marks[0].read_at if self._marks else now
+            oldest = self._marks[0].read_at if self._marks else self._waiting_since
+            if self._behind_floor is not None:
+                oldest = min(oldest, self._behind_floor[0])
+            lag = max(0.0, now - oldest)
+        self.status.update(lag_rows=rows, lag_seconds=lag, rows_pruned=source.pruned_rows)
+
+    def _highest_ids(self, source: SqliteSource) -> dict[str, int]:
+        with contextlib.suppress(BackfillError):
+            source.connection = self._connect()
+            try:
+                return source.highest_ids()
+            finally:
+                source.close()
+        return dict(source.last_id)
+
     # -- bookmark ---------------------------------------------------------------
+
+    def _exported_now(self) -> dict[str, int]:
+        """Records acknowledged so far, per stream, over every exporter of this follow."""
+        out = dict(self._exported_before)
+        for stream, count in self._acked_by_stream.items():
+            out[stream] = out.get(stream, 0) + count
+        return out
 
     def _save_delivered(self, delivered: int) -> None:
         """Save the newest mark whose records have all been delivered."""
         best = None
-        while self._marks and self._marks[0][0] <= delivered:
+        while self._marks and self._marks[0].submitted <= delivered:
             best = self._marks.popleft()
         if best is None:
             return
-        _, last_id, pruned, skipped = best
-        state = (last_id, pruned, self._skipped_before + skipped)
+        self._acked = best.position
+        self._acked_submitted = best.submitted
+        self._acked_by_stream = best.exported
+        exported = self._exported_now()
+        floor = self._behind_floor
+        if floor is not None and all(
+            best.position.last_id.get(t, 0) >= last for t, last in floor[1].items()
+        ):
+            self._behind_floor = None
+        if self.status.outage is not None and best.submitted:
+            self.status.recovered()  # the new exporter's flush returned
+        self.status.update(exported=exported)
+        position = best.position
+        state = (position.last_id, position.pruned, self._skipped_before + position.skipped)
         if state == self._saved:
             return
-        self._write_bookmark(*state)
+        self._write_bookmark(*state, exported)
         self._saved = state
 
     def _write_bookmark(
-        self, last_id: dict[str, int], pruned: dict[str, int], skipped: int
+        self,
+        last_id: dict[str, int],
+        pruned: dict[str, int],
+        skipped: int,
+        exported: dict[str, int],
     ) -> None:
         path = self.folder.bookmark_path
         data = {
@@ -455,6 +634,7 @@ class Follower:
             "last_id": last_id,
             "pruned": pruned,
             "skipped": skipped,
+            "exported": exported,
         }
         tmp = path.with_name(path.name + ".tmp")
         try:

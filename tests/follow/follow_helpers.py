@@ -1,0 +1,128 @@
+"""What the follower's tests share: start ``traceml-exporter follow`` as its own process,
+and read what it exported and bookmarked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from traceml_exporter_sdk.records import Record
+from traceml_exporter_sdk.testing.readback import jsonl_parts
+
+FAST = [
+    "--poll-interval",
+    "0.05",
+    "--flush-interval",
+    "0.1",
+    "--wait",
+    "20",
+    "--progress-interval",
+    "0",
+]
+"""Quick polls and flushes; no progress lines (the tests of those ask for them)."""
+EXIT_INPUT, EXIT_EXPORT, EXIT_INCOMPLETE, EXIT_PERMANENT, EXIT_LOCKED, EXIT_INTERRUPTED = (
+    3,
+    4,
+    6,
+    7,
+    8,
+    130,
+)
+FAILING = Path(__file__).with_name("failing_exporter.py")
+
+
+def follow(
+    root: Path, *args: str, spec: str = "jsonl", where: str = "--session-root", **env: str
+) -> subprocess.Popen[str]:
+    """Start ``traceml-exporter follow`` on ``root`` (all streams, hostname kept)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "traceml_exporter_sdk.cli",
+            "follow",
+            spec,
+            where,
+            str(root),
+            "--streams",
+            "all",
+            "--hostname",
+            *FAST,
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(FAILING.parent), **env},
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def exported(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every record line of every part; a torn last line of a part that was never
+    closed (the follower was killed mid-write) is left out, as its rows were never
+    acknowledged."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    export = root / "aggregator" / "export"
+    for stream in ("step_time", "step_memory", "system", "system_gpu", "process"):
+        for path in jsonl_parts(export, stream):
+            lines = path.read_bytes().split(b"\n")
+            for number, raw in enumerate(lines):
+                if not raw.strip():
+                    continue
+                try:
+                    data = json.loads(raw)
+                except ValueError:
+                    assert number == len(lines) - 1, f"{path}: a bad line before the last"
+                    continue
+                if "closing" not in data:
+                    out.setdefault(stream, []).append(data)
+    for stream in ("runtime_environment", "stdout_stderr"):
+        for path in jsonl_parts(export, stream):
+            for raw in path.read_bytes().splitlines():
+                data = json.loads(raw)
+                if "closing" not in data:
+                    out.setdefault(stream, []).append(data)
+    return out
+
+
+def expected(batches: Sequence[Sequence[Record]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for batch in batches:
+        for record in batch:
+            out.setdefault(record.STREAM, []).append(record.to_dict())
+    return out
+
+
+def bookmark(root: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads((root / "aggregator/follow/bookmark.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def status(root: Path) -> dict[str, Any]:
+    """The follower's ``status.json`` ({} while there is none)."""
+    try:
+        data: dict[str, Any] = json.loads((root / "aggregator/follow/status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data
