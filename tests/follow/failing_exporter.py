@@ -58,31 +58,47 @@ def make_exporter(context: Any) -> FailingExporter:
 
 class FlakyJsonl:
     """jsonl, but instance number ``k`` (counted in a file beside the export) fails while
-    ``k <= FAIL_INSTANCES``; a failing method releases what it holds before raising."""
+    ``k <= FAIL_INSTANCES``: in ``open`` (``FAIL_IN=open``) or its ``FAIL_AFTER_WRITES``-th
+    ``write``; with ``FAIL_AFTER_RECORDS=N`` only once N records were written in all (a
+    sink that goes down mid-run). A failing method releases what it holds first."""
 
     def __init__(self, context: Any) -> None:
         self._context = context
         self._inner: Any = None
         self._writes = 0
         self._fails = False
+        self._state = Path(context.session_root) / "aggregator"
+
+    def _count(self, name: str, add: int = 0) -> int:
+        path = self._state / name
+        value = int(path.read_text() or 0) if path.exists() else 0
+        if add:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(str(value + add))
+        return value + add
+
+    def _down(self) -> bool:
+        return self._fails and self._count("flaky-records") >= int(
+            os.environ.get("FAIL_AFTER_RECORDS", "0")
+        )
 
     def open(self) -> None:
-        counter = Path(self._context.session_root) / "aggregator" / "flaky-instances"
-        counter.parent.mkdir(parents=True, exist_ok=True)
-        number = int(counter.read_text() or 0) + 1 if counter.exists() else 1
-        counter.write_text(str(number))
+        number = self._count("flaky-instances", 1)
         self._fails = number <= int(os.environ.get("FAIL_INSTANCES", "1"))
-        if self._fails and os.environ.get("FAIL_IN") == "open":
+        if self._down() and (
+            os.environ.get("FAIL_IN") == "open" or os.environ.get("FAIL_AFTER_RECORDS")
+        ):
             raise _error()
         self._inner = make_jsonl(self._context)
         self._inner.open()
 
     def write(self, records: Sequence[Any]) -> None:
         self._writes += 1
-        if self._fails and self._writes >= int(os.environ.get("FAIL_AFTER_WRITES", "2")):
+        if self._down() and self._writes >= int(os.environ.get("FAIL_AFTER_WRITES", "1")):
             self._inner.close()
             raise _error()
         self._inner.write(records)
+        self._count("flaky-records", len(records))
 
     def flush(self) -> None:
         self._inner.flush()

@@ -365,6 +365,7 @@ class Follower:
     ) -> FollowResult:
         if end == "complete":
             self._finish_traceml_close()
+        self._update_lag(source, None)
         self.status.update(state="done", end=end)
         combined = self._combined(report)
         snapshot = self.status.snapshot()
