@@ -1,4 +1,5 @@
-"""Exporters that fail on purpose, for the follower's fault tests.
+"""Exporters that fail on purpose, for the follower's fault tests, and one that shows the
+context it was given.
 
 ``make_exporter``: ``write`` raises on the Nth call (``FAIL_AFTER_WRITES``); it keeps
 nothing, so it has nothing to release. ``make_flaky``: the jsonl exporter whose first
@@ -109,3 +110,29 @@ class FlakyJsonl:
 
 def make_flaky(context: Any) -> FlakyJsonl:
     return FlakyJsonl(context)
+
+
+class SessionRootProbe:
+    """Writes the ``session_root`` it was given to ``<export_dir>/session_root.txt``, once
+    per instance (one line each): what a sink would key the run by."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+    def open(self) -> None:
+        Path(self._context.export_dir).mkdir(parents=True, exist_ok=True)
+        with open(Path(self._context.export_dir) / "session_root.txt", "a") as fh:
+            fh.write(f"{self._context.session_root}\n")
+
+    def write(self, records: Sequence[Any]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self, *, dropped_batches: int = 0) -> None:
+        pass
+
+
+def make_probe(context: Any) -> SessionRootProbe:
+    return SessionRootProbe(context)

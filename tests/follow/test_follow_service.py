@@ -5,8 +5,11 @@ says at once. Against ``writer050`` (a writer of TraceML 0.5.0's database, this 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from collections import Counter
@@ -304,3 +307,46 @@ def test_interrupting_a_follower_that_waits_for_its_run_names_the_signal(tmp_pat
     code, _out, err = finish(follower)
     assert code == EXIT_INTERRUPTED
     assert "interrupted (SIGTERM) while waiting for the run" in err
+
+
+# -- one run, one identity ------------------------------------------------------------
+
+
+def test_follow_and_a_backfill_into_the_run_give_one_absolute_session_root(
+    run: Writer050, tmp_path: Path
+) -> None:
+    feed(run, 0, 50)
+    run.close()
+    relative = run.root.relative_to(tmp_path)
+    command = [sys.executable, "-m", "traceml_exporter_sdk.cli"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    spec = "failing_exporter:make_probe"
+    followed = subprocess.run(
+        [*command, "follow", spec, "--session-root", str(relative), "--progress-interval", "0"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert followed.returncode == 0, followed.stderr
+    database = relative / "aggregator" / "telemetry"
+    backfilled = subprocess.run(
+        [*command, "replay", spec, "--sqlite", str(database), "--session-root", str(relative)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert backfilled.returncode == 0, backfilled.stderr
+    roots = (run.root / "aggregator/export/session_root.txt").read_text().splitlines()
+    assert roots == [str(run.root.resolve())] * 2
+
+
+def test_a_backfill_into_a_run_being_followed_is_refused(run: Writer050) -> None:
+    follower = follow(run.root)
+    feed(run, 0, 50)
+    wait_for(lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"))
+    backfill = subprocess.run(
+        [sys.executable, "-m", "traceml_exporter_sdk.cli", "replay", "jsonl", "--sqlite",
+         str(run.root / "aggregator/telemetry"), "--session-root", str(run.root)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    run.close()
+    assert finish(follower)[0] == 0
+    assert backfill.returncode == EXIT_LOCKED, backfill.stderr
+    assert "already being followed" in backfill.stderr
+    assert sum(steps(run.root).values()) == 50, "nothing was exported twice"

@@ -169,7 +169,7 @@ class Follow:
     def start(self) -> Follow:
         command = [sys.executable, "-m", "traceml_exporter_sdk.cli", "follow", self.spec]
         command += ["--session-root", str(self.root), "--streams", "all", "--hostname"]
-        command += ["--wait", "60", *self.args]
+        command += ["--wait", "60", "--progress-interval", "0", *self.args]
         self.process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,

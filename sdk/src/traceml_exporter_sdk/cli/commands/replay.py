@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ...streams import DEFAULT_EXPORT_STREAMS, EXPORT_STREAM_NAMES, parse_export_streams
 from ..errors import CliError
-from ..exit_codes import EXIT_DEPENDENCY, EXIT_INPUT, EXIT_USAGE
+from ..exit_codes import EXIT_DEPENDENCY, EXIT_INPUT, EXIT_LOCKED, EXIT_USAGE
 from ..inputs import check_input_file, check_spec, check_streams, reason, session_root
 from ..parser import add_command
 from ..progress import Progress
@@ -31,6 +31,7 @@ from ..replay_summary import (
 )
 
 if TYPE_CHECKING:
+    from ..._follow import RunLock
     from ...worker import ExportWorker
 
 __all__ = ["REPLAY_QUEUE_LIMIT", "REPLAY_QUEUE_SIZE", "add_parser", "cmd_replay"]
@@ -79,7 +80,9 @@ def add_parser(commands: Any) -> None:
     replay.add_argument(
         "--session-root",
         metavar="DIR",
-        help="the run folder the exporter gets (default: a new ./traceml-replay-* folder)",
+        help="the run folder the exporter gets, absolute (default: a new ./traceml-replay-* "
+        "folder); a new or empty one, or, with --sqlite RUN_DIR/aggregator/telemetry, RUN_DIR "
+        "itself: the exporter then keys the run as follow does (the run is locked meanwhile)",
     )
     replay.add_argument(
         "--hostname", action="store_true", help="exporter_hostname: keep the hostname field"
@@ -131,13 +134,17 @@ def _tune_gc() -> None:
     gc.set_threshold(20_000, 50, 50)
 
 
-def _make_worker(args: argparse.Namespace, spec: str, streams_value: str) -> ExportWorker:
-    """The worker for this replay, writing under a new or empty session root."""
+def _make_worker(
+    args: argparse.Namespace, spec: str, streams_value: str, root: Path | None = None
+) -> ExportWorker:
+    """The worker for this replay, writing under a new or empty session root (or ``root``),
+    given to the exporter absolute and resolved: the identity a sink keys a run by."""
     from ...context import ExporterContext
     from ...worker import ExportWorker
 
-    root = session_root(args.session_root)
-    context = ExporterContext.create(root, streams_value, bool(args.hostname))
+    if root is None:
+        root = session_root(args.session_root)
+    context = ExporterContext.create(root.resolve(), streams_value, bool(args.hostname))
     return ExportWorker(spec, context, queue_size=REPLAY_QUEUE_LIMIT)
 
 
@@ -215,6 +222,31 @@ def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, ou
     return summarize(report, lines, out, spec, stop, f"at byte {reader.position:,}")
 
 
+def _lock_own_run(database: Path, value: str | None) -> tuple[Path, RunLock] | None:
+    """For ``--session-root`` the run folder that holds ``database`` (a backfill keyed as
+    ``follow`` keys the run): that folder, locked as a follower locks it. None otherwise.
+
+    Raises:
+        CliError: a follower has the run (exit 8).
+    """
+    from ..._follow import RunFolder, RunLock, RunLockedError
+
+    if value is None:
+        return None
+    folder = RunFolder.at(Path(value))
+    try:
+        if not folder.database.samefile(database):
+            return None
+    except OSError:
+        return None
+    try:
+        return folder.root, RunLock(folder.lock_path).acquire()
+    except RunLockedError as exc:
+        raise CliError(str(exc), EXIT_LOCKED) from None
+    except OSError as exc:
+        raise CliError(f"cannot lock {folder.lock_path}: {reason(exc)}", EXIT_INPUT) from None
+
+
 def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out: TextIO) -> int:
     from ..._backfill import BackfillError, mark_partial, open_database
     from ..._feeding import feed
@@ -225,10 +257,12 @@ def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out:
         source = open_database(path, streams)
     except BackfillError as exc:
         raise CliError(str(exc), EXIT_INPUT) from None
+    run_lock = None
     try:
         if not source.tables:
             raise CliError(no_table_message(source, streams), EXIT_INPUT)
-        worker = _make_worker(args, spec, streams_value)
+        run_lock = _lock_own_run(path, args.session_root)
+        worker = _make_worker(args, spec, streams_value, run_lock and run_lock[0])
         progress = Progress(f"backfill {path.name}", source.total_rows, "rows")
         worker.start()
         _tune_gc()
@@ -254,6 +288,8 @@ def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out:
         report, stop = end_replay(worker, stop, args.shutdown_timeout, where)
     finally:
         source.close()
+        if run_lock is not None:
+            run_lock[1].release()
     lines = [f"backfill of {path} ({source.rows_read:,} rows) into {spec}"]
     lines += location_lines(worker)
     lines += source_lines(source)
