@@ -28,10 +28,8 @@ Guarantees (docs/follow.md):
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import gc
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +38,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import apsw
-import orjson
 
 from .._backfill import (
     DATABASE_ERRORS,
@@ -56,6 +53,7 @@ from .._feeding import wait_for_room
 from .._report import ExportFailure, ExportReport, write_warning_file
 from .._writers import DatabaseWriters, database_holders
 from ..worker import ExportWorker
+from .ledger import BOOKMARK_VERSION, Ledger
 from .retry import Backoff
 from .run import FollowError, RunFolder, run_complete
 from .status import RunStatus
@@ -67,7 +65,6 @@ __all__ = [
     "Follower",
 ]
 
-BOOKMARK_VERSION = 1
 QUEUE_LIMIT = 16
 """Batches kept queued in the worker; the follower waits for room, so nothing is dropped."""
 ALIVE_CHECK_S = 2.0
@@ -83,26 +80,6 @@ LAG_CHECK_S = 2.0
 End = Literal[
     "complete", "aggregator-gone", "idle", "exporter-failed", "stalled", "read-error", "interrupted"
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class _Position:
-    """Where reading stands in the database: what a bookmark holds."""
-
-    last_id: dict[str, int]
-    pruned: dict[str, int]
-    skipped: int
-    rows_read: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Mark:
-    """A position after a page was handed to the current exporter, with when it was read."""
-
-    submitted: int
-    position: _Position
-    exported: dict[str, int]
-    read_at: float
 
 
 @dataclass
@@ -169,27 +146,10 @@ class Follower:
         self.status = status or RunStatus(folder.root)
         self._clock = clock
         self._streams = self.worker.context.streams
-        self._submitted = 0
-        self._by_stream: collections.Counter[str] = collections.Counter()
-        self._marks: collections.deque[_Mark] = collections.deque()
-        self._acked = _Position({}, {}, 0, 0)
-        self._acked_submitted = 0
-        self._exported_before: dict[str, int] = {}
-        """Records acknowledged by the exporters that failed before the current one (and,
-        resumed, by earlier follows)."""
-        self._acked_by_stream: dict[str, int] = {}
-        """Records the current exporter acknowledged, per stream."""
-        self._waiting_since: float | None = None
-        self._behind_floor: tuple[float, dict[str, int]] | None = None
-        """After a failure: when the oldest unacknowledged row was read, and how far reading
-        had got; rows up to there keep that time for the lag until they are acknowledged."""
-        self._saved: tuple[dict[str, int], dict[str, int], int] | None = None
-        self._identity: dict[str, Any] = {}
-        self._skipped_before = 0
+        self.ledger = Ledger(folder, self.status)
         self._writers = DatabaseWriters(folder.database)
         self._stalled = False
         self._reports: list[ExportReport] = []
-        self.bookmark_error: str | None = None
         self.read_error: str | None = None
 
     # -- setup ------------------------------------------------------------------
@@ -201,67 +161,16 @@ class Follower:
             FollowError: the bookmark is of another run, unreadable, or ahead of the database.
         """
         manifest = self.folder.manifest() or {}
-        self._identity = self.folder.identity(manifest)
+        self.ledger.identity = self.folder.identity(manifest)
         try:
             source = open_database(self.folder.database, self._streams, self._connect())
         except BackfillError as exc:
             raise FollowError(str(exc)) from None
         try:
-            bookmark = self._load_bookmark()
-            if bookmark is not None:
-                self._resume(source, bookmark)
+            resumed = self.ledger.resume(source)
         finally:
             source.close()
-        self._acked = _Position(dict(source.last_id), dict(source.pruned), 0, 0)
-        return source, bookmark is not None
-
-    def _load_bookmark(self) -> dict[str, Any] | None:
-        path = self.folder.bookmark_path
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise FollowError(f"cannot read the bookmark {path}: {exc.strerror or exc}") from None
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            data = None
-        if type(data) is not dict or data.get("version") != BOOKMARK_VERSION:
-            raise FollowError(
-                f"{path} is not a follow bookmark of version {BOOKMARK_VERSION}; "
-                "remove it to follow this run from its first row"
-            )
-        return data
-
-    def _resume(self, source: SqliteSource, bookmark: dict[str, Any]) -> None:
-        theirs = bookmark.get("run") or {}
-        if theirs != self._identity:
-            raise FollowError(
-                f"the bookmark {self.folder.bookmark_path} is of another run "
-                f"(session {theirs.get('session_id')!r} created {theirs.get('created_at')}); "
-                f"this folder holds session {self._identity.get('session_id')!r} created "
-                f"{self._identity.get('created_at')}: remove the bookmark (and the old "
-                "export) to follow the new run"
-            )
-        last_id = {str(k): int(v) for k, v in (bookmark.get("last_id") or {}).items()}
-        pruned = {str(k): int(v) for k, v in (bookmark.get("pruned") or {}).items()}
-        highest = source.highest_ids()
-        for table, last in last_id.items():
-            if table in highest and highest[table] < last:
-                raise FollowError(
-                    f"the bookmark {self.folder.bookmark_path} is ahead of the database "
-                    f"({table}: bookmark id {last}, highest id {highest[table]}): it is of "
-                    "another database; remove it to follow this one from its first row"
-                )
-        source.last_id.update(last_id)
-        source.pruned.update(pruned)
-        self._skipped_before = int(bookmark.get("skipped") or 0)
-        self._saved = (dict(last_id), dict(pruned), self._skipped_before)
-        self._exported_before = {
-            str(k): int(v) for k, v in (bookmark.get("exported") or {}).items()
-        }
-        self.status.update(exported=dict(self._exported_before))
+        return source, resumed
 
     # -- the loop ---------------------------------------------------------------
 
@@ -320,32 +229,12 @@ class Follower:
         except KeyboardInterrupt:
             report = self.worker.shutdown(0.0)
         self._reports.append(report)
-        if report.failure is None:
-            self._save_delivered(report.delivered_records)
+        self.ledger.acknowledge(report.delivered_records)
         return report
 
     def _after_failure(self, source: SqliteSource, failure: ExportFailure) -> None:
-        """Forget what the failed exporter was given past its last acknowledgement: it is
-        read again from the database for the next one."""
-        self._save_delivered(self._reports[-1].delivered_records)
-        resent = self._submitted - self._acked_submitted
-        read_to = dict(source.last_id)
-        oldest = self._marks[0].read_at if self._marks else self._clock()
-        if self._behind_floor is None and resent:
-            self._behind_floor = (oldest, read_to)
-        acked = self._acked
-        source.last_id = dict(acked.last_id)
-        source.pruned = dict(acked.pruned)
-        source.skipped = acked.skipped
-        source.rows_read = acked.rows_read
-        source.bad_rows = [
-            bad for bad in source.bad_rows if bad.row_id <= acked.last_id.get(bad.table, 0)
-        ]
-        self._exported_before = self._exported_now()
-        self._acked_by_stream = {}
-        self._marks.clear()
-        self._submitted = self._acked_submitted = 0
-        self._by_stream.clear()
+        """Forget what the failed exporter was given past its last acknowledgement."""
+        resent = self.ledger.forget(source, self._clock())
         self._stalled = False
         self.status.failed(f"{failure.method}: {failure.error}", resent)
 
@@ -353,7 +242,7 @@ class Follower:
         """Back off before the next exporter, counting the rows waiting meanwhile; False on stop."""
         deadline = self._clock() + self.backoff.delay(tries)
         while True:
-            self._update_lag(source, None)
+            self.ledger.lag(source, self._highest_ids(source), self._clock())
             left = deadline - self._clock()
             if left <= 0:
                 return True
@@ -365,7 +254,7 @@ class Follower:
     ) -> FollowResult:
         if end == "complete":
             self._finish_traceml_close()
-        self._update_lag(source, None)
+        self.ledger.lag(source, self._highest_ids(source), self._clock())
         self.status.update(state="done", end=end)
         combined = self._combined(report)
         snapshot = self.status.snapshot()
@@ -375,8 +264,8 @@ class Follower:
             combined,
             source,
             resumed,
-            self._skipped_before,
-            bookmark_error=self.bookmark_error,
+            self.ledger.skipped_before,
+            bookmark_error=self.ledger.bookmark_error,
             read_error=self.read_error,
             outages=snapshot["outages"] + ([snapshot["outage"]] if snapshot["outage"] else []),
             exporter_failures=snapshot["exporter_failures"],
@@ -389,7 +278,7 @@ class Follower:
         """The last exporter's report, with what the failed ones before it delivered."""
         earlier = self._reports[:-1]
         before = sum(r.delivered_records for r in earlier)
-        by_stream = dict(self._exported_before)
+        by_stream = self.ledger.acknowledged_by_failed()
         for stream, count in last.admitted_by_stream.items():
             by_stream[stream] = by_stream.get(stream, 0) + count
         return ExportReport(
@@ -416,11 +305,11 @@ class Follower:
                 return "exporter-failed"
             if self._stalled:
                 return "stalled"
-            self._save_delivered(self.worker.delivered_records)
+            self.ledger.acknowledge(self.worker.delivered_records)
             if self.status.outage is not None and self._recovered():
                 self.status.recovered()
             now = self._clock()
-            self._update_lag(source, now, caught_up=not got)
+            self.ledger.lag(source, source.last_id, now, caught_up=not got)
             if got:
                 last_rows = now
                 if self._writers.holders is None:
@@ -444,7 +333,7 @@ class Follower:
 
     def _recovered(self) -> bool:
         """The new exporter opened and holds nothing unacknowledged: the sink is back."""
-        return self.worker.opened and self.worker.delivered_records >= self._submitted
+        return self.worker.opened and self.worker.delivered_records >= self.ledger.submitted
 
     def _final_read(self, source: SqliteSource) -> None:
         """Read what is left, then count the rows deleted after the last one read."""
@@ -453,7 +342,7 @@ class Follower:
         if self._stalled or self.worker.failure is not None:
             return
         source.count_tail_pruned()
-        self._mark(source)
+        self.ledger.mark(source, self._clock())
 
     def _finish_traceml_close(self) -> None:
         """Remove the ``-wal`` and ``-shm`` TraceML's last close left because a read of
@@ -527,19 +416,12 @@ class Follower:
                     if self.worker.failure is not None:
                         return got  # this page stays after the bookmark, for the next exporter
                     self.worker.submit_records(records)
-                    self._submitted += len(records)
-                    self._by_stream[plan.stream] += len(records)
+                    self.ledger.handed(plan.stream, len(records))
                 if rows:
-                    self._mark(source)
+                    self.ledger.mark(source, self._clock())
                 if rows < PAGE_ROWS:
                     break
         return got
-
-    def _mark(self, source: SqliteSource) -> None:
-        position = _Position(
-            dict(source.last_id), dict(source.pruned), source.skipped, source.rows_read
-        )
-        self._marks.append(_Mark(self._submitted, position, dict(self._by_stream), self._clock()))
 
     def _await_mark(self) -> None:
         """The aggregator is gone: give its launcher up to ``MARK_GRACE_S`` to mark the
@@ -552,31 +434,6 @@ class Follower:
 
     # -- lag --------------------------------------------------------------------
 
-    def _update_lag(self, source: SqliteSource, now: float | None, caught_up: bool = False) -> None:
-        """Rows in the database not yet acknowledged, and how long the oldest has waited
-        since it was first seen (0 once every row is acknowledged).
-
-        ``now`` None: the sink is down and nothing is read, so the database is asked
-        for its highest ids instead."""
-        if now is None:
-            now = self._clock()
-            highest = self._highest_ids(source)
-        else:
-            highest = source.last_id
-        acked = self._acked.last_id
-        rows = sum(max(0, last - acked.get(table, 0)) for table, last in highest.items())
-        if rows == 0 and (caught_up or not self._marks):
-            self._waiting_since = None
-            lag = 0.0
-        else:
-            if self._waiting_since is None:
-                self._waiting_since = self._marks[0].read_at if self._marks else now
-            oldest = self._marks[0].read_at if self._marks else self._waiting_since
-            if self._behind_floor is not None:
-                oldest = min(oldest, self._behind_floor[0])
-            lag = max(0.0, now - oldest)
-        self.status.update(lag_rows=rows, lag_seconds=lag, rows_pruned=source.pruned_rows)
-
     def _highest_ids(self, source: SqliteSource) -> dict[str, int]:
         with contextlib.suppress(BackfillError):
             source.connection = self._connect()
@@ -587,66 +444,6 @@ class Follower:
         return dict(source.last_id)
 
     # -- bookmark ---------------------------------------------------------------
-
-    def _exported_now(self) -> dict[str, int]:
-        """Records acknowledged so far, per stream, over every exporter of this follow."""
-        out = dict(self._exported_before)
-        for stream, count in self._acked_by_stream.items():
-            out[stream] = out.get(stream, 0) + count
-        return out
-
-    def _save_delivered(self, delivered: int) -> None:
-        """Save the newest mark whose records have all been delivered."""
-        best = None
-        while self._marks and self._marks[0].submitted <= delivered:
-            best = self._marks.popleft()
-        if best is None:
-            return
-        self._acked = best.position
-        self._acked_submitted = best.submitted
-        self._acked_by_stream = best.exported
-        exported = self._exported_now()
-        floor = self._behind_floor
-        if floor is not None and all(
-            best.position.last_id.get(t, 0) >= last for t, last in floor[1].items()
-        ):
-            self._behind_floor = None
-        if self.status.outage is not None and best.submitted:
-            self.status.recovered()  # the new exporter's flush returned
-        self.status.update(exported=exported)
-        position = best.position
-        state = (position.last_id, position.pruned, self._skipped_before + position.skipped)
-        if state == self._saved:
-            return
-        self._write_bookmark(*state, exported)
-        self._saved = state
-
-    def _write_bookmark(
-        self,
-        last_id: dict[str, int],
-        pruned: dict[str, int],
-        skipped: int,
-        exported: dict[str, int],
-    ) -> None:
-        path = self.folder.bookmark_path
-        data = {
-            "version": BOOKMARK_VERSION,
-            "run": self._identity,
-            "last_id": last_id,
-            "pruned": pruned,
-            "skipped": skipped,
-            "exported": exported,
-        }
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as fh:
-                fh.write(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            self.bookmark_error = f"could not save the bookmark {path}: {exc.strerror or exc}"
 
 
 @contextlib.contextmanager
