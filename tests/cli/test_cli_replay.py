@@ -381,13 +381,13 @@ def test_exporter_failure_exit_4_with_warning_file(tmp_path: Path) -> None:
     warning = tmp_path / "r" / "aggregator" / "finalization_warning.json"
     assert error_lines(result) == [
         "traceml-exporter: error: exporter 'failing:make' failed in write: OSError: disk on fire; "
-        f"the loss is recorded in {Path('r') / 'aggregator' / 'finalization_warning.json'}"
+        f"the loss is recorded in {warning.resolve()}"
     ]
     summary = _summary(result.stdout)
     assert (
         summary["exporter"] == "FAILED in write: OSError: disk on fire (delivered 0 of 5 records)"
     )
-    assert summary["finalization_warning.json"] == "r/aggregator/finalization_warning.json"
+    assert summary["finalization_warning.json"] == str(warning.resolve())
     block = json.loads(warning.read_text())["export"]
     assert block["exporter_failed"] is True
     assert block["failed_records"] == 5

@@ -276,10 +276,13 @@ def test_a_warning_file_that_cannot_be_written_is_reported(tmp_path: Path) -> No
     assert result.returncode == 4
     [line] = error_lines(result)
     assert "failed in open: OSError: sink unreachable" in line
-    assert f"; and the loss could not be recorded: could not write {Path('r') / WARNING}: " in line
     assert (
-        "finalization_warning.json  NOT WRITTEN: could not write r/aggregator/"
-        "finalization_warning.json: File exists"
+        f"; and the loss could not be recorded: could not write {(tmp_path / 'r' / WARNING).resolve()}: "
+        in line
+    )
+    assert (
+        "finalization_warning.json  NOT WRITTEN: could not write "
+        f"{(tmp_path / 'r' / WARNING).resolve()}: File exists"
     ) in result.stdout
 
 

@@ -87,7 +87,7 @@ def test_a_stalled_exporter_ends_the_replay_within_the_shutdown_timeout(tmp_path
         "batch for 1 s (--shutdown-timeout); reading stopped after "
     )
     assert "the rest of the input was not replayed" in line
-    assert line.endswith(f"the loss is recorded in {Path('r') / WARNING}")
+    assert line.endswith(f"the loss is recorded in {(tmp_path / 'r' / WARNING).resolve()}")
     data = json.loads((tmp_path / "r" / WARNING).read_text())
     assert data["export"]["timed_out"] is True
     assert data["export"]["dropped_batches"] > 0
@@ -177,7 +177,7 @@ def test_ctrl_c_mid_replay_drains_what_was_read_closes_and_records_it(tmp_path: 
     assert line.startswith(
         "traceml-exporter: error: interrupted (Ctrl-C); reading stopped after 40 items"
     )
-    assert line.endswith(f"this is recorded in {Path('r') / WARNING}")
+    assert line.endswith(f"this is recorded in {(tmp_path / 'r' / WARNING).resolve()}")
     assert "exporter                   ok (delivered 40 of 40 records)" in stdout
     data = json.loads((tmp_path / "r" / WARNING).read_text())
     assert data["replay"]["stopped"] == "interrupted"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import make_corpus
 import pytest
 from hypothesis import find, given, settings
+from hypothesis import strategies as st
 from traceml_exporter_sdk import (
     ALL_STREAMS,
     RECORD_TYPE_BY_STREAM,
@@ -38,6 +40,7 @@ from traceml_exporter_sdk.testing.corpus import (
     hostile_batches,
     load_hostile_corpus,
 )
+from traceml_exporter_sdk.testing.readback import JsonlLines, TornLineWarning, read_jsonl_file
 
 
 def all_records() -> list[Any]:
@@ -195,6 +198,49 @@ def test_read_jsonl_lines_splits_on_newline_only_and_skips_closing_lines(tmp_pat
     path.write_text('{"a": 1}\n[1]\n')
     with pytest.raises(ValueError, match=r"x.jsonl:2: a JSON line must be an object"):
         read_jsonl_lines(path)
+
+
+def test_a_torn_last_line_is_left_out_counted_and_warned_about(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    tail = b'{"a": 3, "b'
+    path.write_bytes(b'{"a": 1}\n{"a": 2}\n' + tail)
+    message = re.escape(f"{path}: left out a torn last line, {len(tail)} bytes")
+    with pytest.warns(TornLineWarning, match=message):
+        assert read_jsonl_lines(path) == [{"a": 1}, {"a": 2}]
+    assert read_jsonl_file(path) == JsonlLines([{"a": 1}, {"a": 2}], {path: len(tail)})
+    path.write_bytes(b'{"a": 1}')  # a whole object, but its newline never came
+    assert read_jsonl_file(path) == JsonlLines([], {path: 8})
+    path.write_bytes(b'{"a": 1}\n \t')  # blanks after the last line are no line
+    assert read_jsonl_file(path) == JsonlLines([{"a": 1}], {})
+    assert read_jsonl_file(tmp_path / "missing.jsonl").torn_lines == 0
+
+
+def test_a_bad_line_before_the_last_is_still_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a"\n{"a": 3')
+    with pytest.raises(ValueError, match=r"x.jsonl:2: not a JSON line"):
+        read_jsonl_file(path)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.dictionaries(st.text(max_size=3), st.integers() | st.text(max_size=8))),
+    st.integers(min_value=0),
+)
+def test_a_file_cut_anywhere_reads_as_a_prefix_and_counts_the_cut_line(
+    tmp_path_factory: pytest.TempPathFactory, objects: list[dict[str, Any]], cut: int
+) -> None:
+    """Whatever byte a crash stops at: the whole lines before it read back, in order, and
+    the bytes of the line it cut are counted, never decoded."""
+    blob = b"".join(json.dumps(o).encode() + b"\n" for o in objects)
+    cut %= len(blob) + 1
+    path = tmp_path_factory.mktemp("cut") / "x.jsonl"
+    path.write_bytes(blob[:cut])
+    read = read_jsonl_file(path)
+    whole = blob[:cut].count(b"\n")
+    assert read.lines == objects[:whole]
+    torn = cut - (blob.rfind(b"\n", 0, cut) + 1)
+    assert read.torn == ({path: torn} if torn else {})
 
 
 def test_group_by_stream_keeps_order_and_rejects_unknown_streams() -> None:

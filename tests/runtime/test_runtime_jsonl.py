@@ -85,12 +85,10 @@ def test_one_file_per_selected_stream(
         assert len(closing) == 1
 
 
-def test_a_selected_stream_with_no_record_still_gets_its_file(tmp_path: Path) -> None:
+def test_a_selected_stream_with_no_record_gets_no_file(tmp_path: Path) -> None:
     ctx = context(tmp_path, "process,step_time")
     export(ctx, [step_payload(0, 0, 2)])
-    assert file_of(ctx, "process").read_bytes() == (
-        b'{"stream":"process","closing":true,"written_records":0,"dropped_batches":0}\n'
-    )
+    assert os.listdir(ctx.export_dir) == ["step_time.jsonl"]
 
 
 def test_the_closing_line_ends_each_file_in_its_documented_shape(tmp_path: Path) -> None:
@@ -322,11 +320,13 @@ def test_a_direct_stdout_record_with_a_separator_round_trips(tmp_path: Path) -> 
 # -- files -----------------------------------------------------------------------
 
 
-def test_open_creates_the_export_dir_and_the_context_does_not(tmp_path: Path) -> None:
+def test_open_creates_the_export_dir_and_the_first_record_its_file(tmp_path: Path) -> None:
     ctx = context(tmp_path)
     exporter = JsonlExporter(ctx)
     assert not ctx.session_root.exists()
     exporter.open()
+    assert os.listdir(ctx.export_dir) == []
+    exporter.write([step_record()])
     assert file_of(ctx, "step_time").exists()
     exporter.close()
 
@@ -335,20 +335,24 @@ def test_open_never_overwrites_an_earlier_export_and_writes_the_next_part(
     tmp_path: Path,
 ) -> None:
     """An earlier export stays as it is; this one goes to part 1 of every stream, and a
-    third to part 2 (the lowest number no stream's file has)."""
+    third to part 2 (one past the highest part any selected stream has)."""
     ctx = context(tmp_path, "system")
     ctx.export_dir.mkdir(parents=True)
     earlier = file_of(ctx, "system_gpu")
     earlier.write_bytes(b"an earlier run's export\n")
+    system = records_from_payload(all_streams_payload(0), observed_timestamp_unix_ns=T0)
+    records = [r for r in system.records if r.STREAM in ctx.streams]
     exporter = JsonlExporter(ctx)
     exporter.open()
     assert exporter.paths() == {
         stream: ctx.export_dir / f"{stream}.1.jsonl" for stream in ("system", "system_gpu")
     }
+    exporter.write(records)
     exporter.close()
     assert earlier.read_bytes() == b"an earlier run's export\n"
     third = JsonlExporter(ctx)
     third.open()
+    third.write(records)
     third.close()
     assert sorted(p.name for p in ctx.export_dir.iterdir()) == [
         "system.1.jsonl",
@@ -383,7 +387,7 @@ def test_a_record_of_an_unselected_stream_is_refused_and_nothing_is_written(
     process = ProcessRecord(T0, 0, 0, 0, 1, 1, 0, "h", T0, 0, *([None] * 10))
     with pytest.raises(ValueError, match="'process' are not selected"):
         exporter.write([step_record(), process])
-    assert file_of(ctx, "step_time").read_bytes() == b""
+    assert os.listdir(ctx.export_dir) == []
 
 
 def _open_fds_under(path: Path) -> list[str]:
@@ -405,6 +409,7 @@ def test_a_failing_write_closes_every_file_since_close_will_not_be_called(
     ctx = context(tmp_path)
     exporter = JsonlExporter(ctx)
     exporter.open()
+    exporter.write([step_record()])
     assert _open_fds_under(ctx.export_dir)
     process = ProcessRecord(T0, 0, 0, 0, 1, 1, 0, "h", T0, 0, *([None] * 10))
     with pytest.raises(ValueError, match="not selected"):

@@ -1,15 +1,19 @@
-"""The built-in ``jsonl`` exporter: one JSON Lines file per selected stream.
+"""The built-in ``jsonl`` exporter: one JSON Lines file per selected stream that gets records.
 
 Each record is one line, ``orjson.dumps(record.to_dict())``, with ``hostname``
-dropped unless ``include_hostname``. Each file ends with one closing line::
+dropped unless ``include_hostname``. A stream's file is made when the stream
+gets its first record, so a stream that got none has no file (a re-run adds no
+empty parts). Each file ends with one closing line::
 
     {"stream": "step_time", "closing": true, "written_records": 1200, "dropped_batches": 0}
 
 which a reader tells from a record line by its ``closing`` key (no record has
 that field, and the closing line has no ``schema_version``). ``written_records``
 counts the record lines of that file; ``dropped_batches`` is the worker-wide
-count, the same in every file. A file without a closing line was not closed
-normally (the exporter failed, or the run stopped before ``close``).
+count, the same in every file (with no file, only the worker's report holds it).
+A file without a closing line was not closed normally (the exporter failed, or
+the run stopped before ``close``); its last line may be cut off, and is then
+the only line without a trailing ``\\n``.
 
 Lines are UTF-8 and end with ``\\n``. U+2028, U+2029 and U+0085, which some
 line readers (``str.splitlines``, JavaScript) take for line breaks, are written
@@ -27,6 +31,7 @@ import contextlib
 import json
 import math
 import operator
+import os
 import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -121,56 +126,92 @@ def _escape_line_breaks(blob: bytes) -> bytes:
 
 
 class JsonlExporter:
-    """Write ``<export_dir>/<stream>.jsonl`` for every selected stream.
+    """Write ``<export_dir>/<stream>.jsonl`` for every selected stream that gets a record.
 
-    Files are opened in ``open`` with mode ``x``: an earlier export in the
-    same folder is never overwritten. When one is there (a follower started
-    again after a crash, a second replay into one run), this export writes
-    part ``N``, ``<stream>.N.jsonl``, with the lowest ``N`` no stream's file
-    has yet; read ``<stream>.jsonl`` and then the parts in order of ``N``.
+    ``open`` makes ``export_dir``; a stream's file is made in mode ``x`` by the
+    ``write`` that brings its first record, so an earlier export in the same
+    folder is never overwritten or appended to, and a stream with no record
+    has no file. When an earlier export is there (a follower started again
+    after a crash, a second replay into one run), this export writes part
+    ``N``, ``<stream>.N.jsonl``, ``N`` one past the highest part any selected
+    stream has: read ``<stream>.jsonl`` and then the parts in order of ``N``
+    (numbers may skip a stream that got no record in an export). As nothing
+    is appended, no line continues one that a crash or full disk cut off.
     A ``write`` that raises (a full disk, a value no encoder takes) may have
-    put part of its batch in the files; the worker uses the exporter no more,
-    so a failing ``write`` or ``flush`` closes every file before it raises.
-    ``flush`` and ``close`` hand the bytes to the operating system; neither
-    calls ``fsync``, so shutdown does not wait on the disk (a slow or network
-    file system could otherwise push ``close`` past the worker's timeout).
+    put part of its batch in the files, the last line possibly cut off; the
+    worker uses the exporter no more, so a failing ``write`` or ``flush``
+    closes every file before it raises. ``flush`` and ``close`` hand the bytes
+    to the operating system; neither calls ``fsync``, so shutdown does not
+    wait on the disk (a slow or network file system could otherwise push
+    ``close`` past the worker's timeout).
     """
 
     def __init__(self, context: ExporterContext) -> None:
         self._dir = context.export_dir
         self._streams = context.streams
+        self._selected = frozenset(context.streams)
         self._include_hostname = context.include_hostname
         self._files: dict[str, IO[bytes]] = {}
         self._writers: dict[str, Callable[[bytes], object]] = {}
         self._written: dict[str, int] = {}
         self._part = 0
+        self._is_open = False
 
     def paths(self, part: int | None = None) -> dict[str, Path]:
-        """Stream -> the file this exporter writes it to (after ``open``: the part it chose)."""
+        """Stream -> the file this exporter writes it to (after ``open``: the part it chose).
+
+        A file is there only once its stream got a record.
+        """
         if part is None:
             part = self._part
         suffix = f".{part}.jsonl" if part else ".jsonl"
         return {stream: self._dir / f"{stream}{suffix}" for stream in self._streams}
 
-    def _free_part(self) -> int:
-        """The lowest part number for which no selected stream has a file yet."""
-        part = 0
-        while any(path.exists() for path in self.paths(part).values()):
-            part += 1
-        return part
+    def _next_part(self) -> int:
+        """One past the highest part any selected stream has in the folder; 0 with none.
+
+        Every part of this export comes after every earlier export's, also for
+        a stream to which the earlier export wrote nothing.
+        """
+        highest = -1
+        for name in os.listdir(self._dir):
+            stream, _, rest = name.partition(".")
+            if stream not in self._selected:
+                continue
+            if rest == "jsonl":
+                highest = max(highest, 0)
+                continue
+            number, _, extension = rest.partition(".")
+            if extension == "jsonl" and number.isascii() and number.isdigit():
+                highest = max(highest, int(number))
+        return highest + 1
 
     def open(self) -> None:
         self._dir.mkdir(parents=True, exist_ok=True)
-        self._part = self._free_part()
-        try:
-            for stream, path in self.paths().items():
-                handle = open(path, "xb", buffering=_BUFFER_SIZE)  # noqa: SIM115 - see close()
-                self._files[stream] = handle
-                self._writers[stream] = handle.write
-                self._written[stream] = 0
-        except BaseException:
-            self._close_files()
-            raise
+        self._part = self._next_part()
+        self._is_open = True
+
+    def _start_files(self, kinds: set[str]) -> None:
+        """Make the file of each stream in ``kinds`` that has none yet; refuse unselected ones.
+
+        Raises:
+            ValueError: a stream is not selected (nothing is made).
+            RuntimeError: the exporter is not open, or closed.
+        """
+        if not kinds <= self._selected:
+            unselected = ", ".join(sorted(map(repr, kinds - self._selected)))
+            raise ValueError(
+                f"records of stream {unselected} are not selected; "
+                f"this exporter writes {', '.join(self._streams)}"
+            )
+        if not self._is_open:
+            raise RuntimeError("write on a jsonl exporter that is not open, or closed")
+        paths = self.paths()
+        for stream in sorted(kinds - self._files.keys()):
+            handle = open(paths[stream], "xb", buffering=_BUFFER_SIZE)  # noqa: SIM115 - see close()
+            self._files[stream] = handle
+            self._writers[stream] = handle.write
+            self._written[stream] = 0
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         try:
@@ -189,11 +230,7 @@ class JsonlExporter:
         kinds = set(streams)
         writers = self._writers
         if not kinds <= writers.keys():
-            unselected = ", ".join(sorted(map(repr, kinds - writers.keys())))
-            raise ValueError(
-                f"records of stream {unselected} are not selected; "
-                f"this exporter writes {', '.join(self._streams)}"
-            )
+            self._start_files(kinds)
         drop_hostname = not self._include_hostname
         dumps = orjson.dumps
         options = _OPTIONS
@@ -235,10 +272,12 @@ class JsonlExporter:
                 handle.write(encode_line(closing))
                 handle.flush()
         finally:
+            self._is_open = False
             self._close_files()
 
     def _release(self) -> None:
         """Close every file after a failed call: the worker will not call ``close``."""
+        self._is_open = False
         with contextlib.suppress(OSError):  # the failed call's own error is the one to raise
             self._close_files()
 

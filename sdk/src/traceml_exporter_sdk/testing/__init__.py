@@ -33,7 +33,15 @@ if TYPE_CHECKING:
     from .errors import ConformanceConfigError, ReadBackNotImplementedError
     from .expected import expected_by_stream
     from .keys import THROUGHPUT_PROPERTY
-    from .readback import group_by_stream, read_jsonl, read_jsonl_lines
+    from .readback import (
+        JsonlLines,
+        TornLineWarning,
+        group_by_stream,
+        read_jsonl,
+        read_jsonl_export,
+        read_jsonl_file,
+        read_jsonl_lines,
+    )
     from .registry import GROUPS, Check
 
 __all__ = [
@@ -44,7 +52,9 @@ __all__ = [
     "ConformanceConfigError",
     "Env",
     "ExporterConformance",
+    "JsonlLines",
     "ReadBackNotImplementedError",
+    "TornLineWarning",
     "as_foreign",
     "check_names",
     "corpus_batches",
@@ -54,6 +64,8 @@ __all__ = [
     "group_by_stream",
     "load_corpus",
     "read_jsonl",
+    "read_jsonl_export",
+    "read_jsonl_file",
     "read_jsonl_lines",
 ]
 
@@ -72,7 +84,11 @@ _WHERE = {
     "ReadBackNotImplementedError": "errors",
     "THROUGHPUT_PROPERTY": "keys",
     "group_by_stream": "readback",
+    "JsonlLines": "readback",
+    "TornLineWarning": "readback",
     "read_jsonl": "readback",
+    "read_jsonl_export": "readback",
+    "read_jsonl_file": "readback",
     "read_jsonl_lines": "readback",
     "GROUPS": "registry",
     "Check": "registry",
