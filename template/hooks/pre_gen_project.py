@@ -57,6 +57,7 @@ TEMPLATE_NAMES = frozenset(
         "ROOT", "ROW_ID", "RUNS_TABLE", "Requirement", "SDK", "SDK_NAME", "SUMMARY_FILE",
         "Sequence", "Iterator", "Final", "Literal", "TypeAlias", "Self",
         "HOSTILE_TEXT", "HealthCheck", "LINT_PATHS", "releasing", "contextmanager",
+        "SettingsError", "StrayRecord",
         # the postgres sink's exporter, schema module and tests
         "APPLICATION_NAME", "Buffer", "CONNECT_TIMEOUT_S", "CONNINFO_ENV", "CommitAnswerDropper",
         "DEFAULT_SCHEMA", "Database", "FLUSHES_TABLE", "Layout", "PostgresServer",
@@ -65,7 +66,7 @@ TEMPLATE_NAMES = frozenset(
         "Cursor", "DatatypeMismatch", "EXACT", "RUN_ID", "SESSION_ROOT", "STREAM_KEYS",
         "AdaptContext", "Dumper", "Format", "BoundedConnection", "DEFAULT_TIMEOUTS",
         "MIN_CONNECT_S", "PQGen", "QUICK", "StalledError", "StallingProxy", "Timeouts",
-        "TypeVar",
+        "TypeVar", "MAX_CALL_S", "TIMEOUT_ENV",
         # the parquet sink's modules and tests
         "BACKLOG_BYTES", "BATCH", "BIG_FILE_ROWS", "CLOSE_GRACE_S", "COMPRESSION",
         "CONTRACT_VERSION", "DRIVER", "EVENTS_TYPE", "EXACT_TEXT", "FIELD_TYPES", "FLUSHES",
@@ -89,7 +90,7 @@ TEMPLATE_NAMES = frozenset(
         "OtlpSettings", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
         "TIMESTAMPS", "VALUES", "KEY_ESCAPE", "ScriptedPeer",
         # the HTTP sinks' shared transport (_http.py)
-        "Answer", "Endpoint", "HttpError", "HttpTransport", "REDACTED",
+        "Answer", "Endpoint", "HttpError", "HttpTransport", "REDACTED", "WAITABLE_STATUSES",
         # the prometheus sink's modules and tests (and what they import)
         "Aggregator", "BUCKETS_MS", "BaseHTTPRequestHandler", "CONTENT_ENCODING", "CONTENT_TYPE",
         "CardinalityError", "DEFAULT_TIMEOUT_S", "DEFAULT_URL", "FAMILIES", "FaultProxy",

@@ -1,10 +1,14 @@
-"""What every test module here does to the exporter: TraceML's calls, then a read-back."""
+"""What every test module here does to the exporter: TraceML's calls, then a read-back;
+and what ``traceml-exporter follow`` reads of it: a permanent error, a run's folder."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
+import pytest
 import sink_support
 from traceml_exporter_sdk import ExporterContext, ExportRecord
 from traceml_exporter_sdk.testing import expected_by_stream
@@ -37,3 +41,59 @@ def expected(
         result: dict[str, list[dict[str, Any]]] = own(records, include_hostname=include_hostname)
         return result
     return expected_by_stream(records, include_hostname=include_hostname)
+
+
+@dataclasses.dataclass(frozen=True)
+class StrayRecord:
+    """A look-alike record whose STREAM is no plain name: nothing may be named after it."""
+
+    STREAM: ClassVar[str] = "../stray"
+    SCHEMA_VERSION: ClassVar[int] = 1
+    COLUMNS: ClassVar[tuple[str, ...]] = ("rank",)
+    rank: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stream": self.STREAM, "schema_version": self.SCHEMA_VERSION, "rank": self.rank}
+
+
+def refusal(context: ExporterContext, *batch: ExportRecord) -> Exception:
+    """What a new exporter raises when ``batch`` is written and flushed (it must raise)."""
+    exporter = make_exporter(context)
+    exporter.open()
+    try:
+        exporter.write(batch)
+        exporter.flush()
+    except Exception as error:  # noqa: BLE001 - whatever the sink raises is the answer
+        return error
+    exporter.close()
+    raise AssertionError(f"the exporter took {batch!r}")
+
+
+def is_permanent(error: BaseException) -> bool:
+    """Whether ``error``, or an exception it was raised from or while handling, has a
+    truthy ``permanent`` (``_contract`` rule 8): the follower then gives up at once."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if getattr(current, "permanent", False):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def one_folder_named_two_ways(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[ExporterContext, ExporterContext, ExporterContext]:
+    """Contexts of ``<tmp>/logs/run1`` named relatively (the working directory becomes
+    ``<tmp>/logs``) and absolutely (through ``..``), and of another folder named ``run1``:
+    a sink keys the first two as one run and the third as another (``_contract`` rule 9)."""
+    logs, elsewhere = tmp_path / "logs", tmp_path / "elsewhere"
+    (logs / "run1").mkdir(parents=True)
+    (elsewhere / "run1").mkdir(parents=True)
+    monkeypatch.chdir(logs)
+    return (
+        ExporterContext.create("run1", export_streams="all"),
+        ExporterContext.create(elsewhere / ".." / "logs" / "run1", export_streams="all"),
+        ExporterContext.create(elsewhere / "run1", export_streams="all"),
+    )

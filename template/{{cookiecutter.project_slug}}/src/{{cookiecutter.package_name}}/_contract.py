@@ -20,6 +20,18 @@ The rules (``tests/test_conformance.py`` checks every one with the SDK's suite):
 7. Every network wait has a deadline. Only transient errors are retried, for a bounded
    time; anything permanent is raised.
 
+Two conventions of ``traceml-exporter follow``, which retries a failed exporter itself
+(it waits, makes a new one and resumes from its bookmark):
+
+8. An error that waiting cannot fix (bad credentials, a setting with a bad value, a
+   table or payload the sink refuses) is marked: it, or an exception in its
+   ``__cause__``/``__context__`` chain, has a truthy ``permanent`` attribute
+   (:class:`SettingsError`, :func:`permanent`). The follower then ends at once
+   instead of waiting; anything unmarked counts as transient.
+9. A sink that stores a run key uses :func:`run_key` of ``context.session_root``:
+   the absolute, resolved folder, so a relative and an absolute name of one run are one
+   run and two folders of the same name are two.
+
 In production TraceML passes its own ``ExporterContext`` and record classes (from
 ``traceml_ai.aggregator.export``); in tests the SDK passes look-alikes. The exporter
 imports neither: it relies only on the attributes below, whatever the class.
@@ -30,9 +42,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
-__all__ = ["ExportRecord", "ExporterContext", "releasing"]
+__all__ = [
+    "ExportRecord",
+    "ExporterContext",
+    "SettingsError",
+    "permanent",
+    "releasing",
+    "run_key",
+]
+
+_E = TypeVar("_E", bound=BaseException)
 
 
 class ExporterContext(Protocol):
@@ -77,3 +98,20 @@ def releasing(release: Callable[[], object]) -> Iterator[None]:
     except BaseException:
         release()
         raise
+
+
+class SettingsError(ValueError):
+    """A setting (an environment variable) has a value this exporter cannot use: rule 8."""
+
+    permanent = True
+
+
+def permanent(error: _E) -> _E:
+    """``error``, marked permanent (rule 8): waiting and a new exporter cannot fix it."""
+    setattr(error, "permanent", True)  # noqa: B010 - any exception class, ours or not
+    return error
+
+
+def run_key(session_root: str | Path) -> str:
+    """Rule 9: the run's folder, absolute and resolved (symbolic links, ``..``), as text."""
+    return str(Path(session_root).resolve())
