@@ -74,6 +74,8 @@ MARK_GRACE_S = 10.0
 (it does so after its aggregator exits); less when the launcher is seen to be gone too."""
 GC_YOUNG_THRESHOLD = 50_000
 """Allocations between collections of the cyclic GC's youngest generation while following."""
+PASS_S = 1.0
+"""Longest a pass over the tables reads before the loop saves the bookmark and the status."""
 LAG_CHECK_S = 2.0
 """How often, while the sink is down, the follower counts the rows waiting in the database."""
 
@@ -402,11 +404,18 @@ class Follower:
             source.close()
 
     def _read_tables(self, source: SqliteSource) -> int:
+        """Hand over a page of each table in turn, until every table is read to its end
+        or ``PASS_S`` has passed: a backlog's pass ends every second, so the bookmark,
+        the status and a stop are seen to while it drains, and no table waits for
+        another's backlog."""
         if source.missing:
             plan_tables(source, self._streams)
         got = 0
-        for plan in source.tables:
-            while True:
+        deadline = self._clock() + PASS_S
+        plans = list(source.tables)
+        while plans:
+            unfinished = []
+            for plan in plans:
                 rows, records = source.read_page(plan)
                 got += rows
                 if records:
@@ -419,8 +428,11 @@ class Follower:
                     self.ledger.handed(plan.stream, len(records))
                 if rows:
                     self.ledger.mark(source, self._clock())
-                if rows < PAGE_ROWS:
-                    break
+                if rows >= PAGE_ROWS:
+                    unfinished.append(plan)
+            plans = unfinished
+            if plans and (self._clock() >= deadline or self.stop.is_set()):
+                break
         return got
 
     def _await_mark(self) -> None:
@@ -442,8 +454,6 @@ class Follower:
             finally:
                 source.close()
         return dict(source.last_id)
-
-    # -- bookmark ---------------------------------------------------------------
 
 
 @contextlib.contextmanager

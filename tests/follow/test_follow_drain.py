@@ -1,0 +1,107 @@
+"""A backlog is drained in bounded passes: tables take turns, and the bookmark moves while
+it drains (the follower in-process, on a database written as TraceML 0.5.0 does)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from traceml_exporter_sdk import ExporterContext, ExportWorker
+from traceml_exporter_sdk._backfill import PAGE_ROWS
+from traceml_exporter_sdk._follow.follower import PASS_S, Follower
+from traceml_exporter_sdk._follow.ledger import Ledger
+from traceml_exporter_sdk._follow.run import RunFolder
+from traceml_exporter_sdk.testing import corpus_records
+from writer050 import Writer050
+
+STREAMS = ("step_time", "step_memory", "process")
+PAGES = 3
+"""Pages of backlog per table."""
+
+
+class Recorder:
+    """Keeps the stream of each batch it is given; flushes succeed."""
+
+    def __init__(self, batches: list[str]) -> None:
+        self.batches = batches
+
+    def open(self) -> None:
+        pass
+
+    def write(self, records: Sequence[Any]) -> None:
+        self.batches.extend(sorted({r.STREAM for r in records}))
+
+    def flush(self) -> None:
+        pass
+
+    def close(self, dropped_batches: int = 0) -> None:
+        pass
+
+
+def _backlog(root: Path) -> int:
+    """A run marked complete whose tables hold ``PAGES`` pages each; returns its rows."""
+    writer = Writer050(root, tables=STREAMS)
+    samples = {r.STREAM: r for r in corpus_records(streams=STREAMS)}
+    rows = PAGES * PAGE_ROWS
+    for stream in STREAMS:
+        writer.flush([samples[stream]] * rows)
+    writer.close()
+    return rows * len(STREAMS)
+
+
+class SteppingClock:
+    """A monotonic clock that moves ``step`` seconds each time it is read."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+@pytest.mark.parametrize("step", [0.0, PASS_S / 2])
+def test_tables_take_turns_and_the_bookmark_moves_while_a_backlog_drains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: float
+) -> None:
+    total = _backlog(tmp_path / "run")
+    saved: list[dict[str, int]] = []
+    write = Ledger._write
+
+    def spy(self: Ledger, last_id: dict[str, int], *args: Any) -> None:
+        saved.append(dict(last_id))
+        write(self, last_id, *args)
+
+    monkeypatch.setattr(Ledger, "_write", spy)
+    folder = RunFolder.at(tmp_path / "run")
+    context = ExporterContext.create(folder.root, ",".join(STREAMS), False)
+    batches: list[str] = []
+
+    def make_worker() -> ExportWorker:
+        # a flush after every batch, so each page can be acknowledged on its own
+        return ExportWorker(
+            lambda _: Recorder(batches), context, queue_size=1_000, flush_interval_s=1e-6
+        )
+
+    follower = Follower(folder, make_worker, poll_interval=0.01, clock=SteppingClock(step))
+    follower.start()
+    source, resumed = follower.open_source()
+    result = follower.run(source, resumed)
+
+    assert result.end == "complete"
+    assert result.report.delivered_records == total
+    # tables take turns a page at a time: no table's backlog waits for another's
+    turns = [stream for stream, _ in itertools.groupby(batches)]
+    assert sorted(turns[: len(STREAMS)]) == sorted(STREAMS), batches
+    assert len(turns) >= PAGES * len(STREAMS), batches
+    if step:
+        # the clock passes PASS_S within a round: each pass ends after one round, and the
+        # loop saves the bookmark between passes, long before the last row is read
+        assert len(saved) >= PAGES, saved
+        first = saved[0]
+        assert 0 < sum(first.values()) < total, saved
+    assert saved[-1] == dict.fromkeys(saved[-1], PAGES * PAGE_ROWS)
