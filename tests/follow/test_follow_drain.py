@@ -4,6 +4,8 @@ it drains (the follower in-process, on a database written as TraceML 0.5.0 does)
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 from traceml_exporter_sdk import ExporterContext, ExportWorker
 from traceml_exporter_sdk._backfill import PAGE_ROWS
-from traceml_exporter_sdk._follow.follower import PASS_S, Follower
+from traceml_exporter_sdk._follow.follower import PASS_S, REREAD_S, Follower
 from traceml_exporter_sdk._follow.ledger import Ledger
 from traceml_exporter_sdk._follow.run import RunFolder
 from traceml_exporter_sdk.testing import corpus_records
@@ -105,3 +107,49 @@ def test_tables_take_turns_and_the_bookmark_moves_while_a_backlog_drains(
         first = saved[0]
         assert 0 < sum(first.values()) < total, saved
     assert saved[-1] == dict.fromkeys(saved[-1], PAGES * PAGE_ROWS)
+
+
+def test_an_unchanged_database_is_not_read_again_until_a_commit_or_reread_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = Writer050(tmp_path / "run", tables=STREAMS)
+    sample = next(r for r in corpus_records(streams=STREAMS) if r.STREAM == "step_time")
+    writer.flush([sample] * 10)
+    connects: list[float] = []
+    connect = Follower._connect
+
+    def counting(self: Follower) -> Any:
+        connects.append(time.monotonic())
+        return connect(self)
+
+    monkeypatch.setattr(Follower, "_connect", counting)
+    folder = RunFolder.at(tmp_path / "run")
+    context = ExporterContext.create(folder.root, ",".join(STREAMS), False)
+    batches: list[str] = []
+    stop = threading.Event()
+    follower = Follower(
+        folder,
+        lambda: ExportWorker(lambda _: Recorder(batches), context, flush_interval_s=0.05),
+        poll_interval=0.01,
+        stop=stop,
+    )
+    follower.start()
+    source, resumed = follower.open_source()
+    thread = threading.Thread(target=follower.run, args=(source, resumed))
+    thread.start()
+    try:
+        time.sleep(1.5)  # 150 polls of an unchanged database
+        idle_reads = len(connects)
+        writer.flush([sample] * 5)  # a commit is seen at the next poll, not after REREAD_S
+        seen = time.monotonic()
+        deadline = seen + 5
+        while follower.worker.delivered_records < 15 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        caught_up = time.monotonic() - seen
+    finally:
+        stop.set()
+        thread.join(30)
+        writer.close()
+    assert follower.worker.delivered_records == 15
+    assert idle_reads <= 6, f"{idle_reads} reads of an unchanged database in 1.5 s"
+    assert caught_up < 0.5 * REREAD_S, f"a commit was read {caught_up:.2f} s after it"

@@ -290,6 +290,9 @@ def test_a_logs_folder_skips_and_names_a_run_followed_elsewhere(tmp_path: Path) 
 def test_progress_lines_say_what_the_follower_does(run: Writer050) -> None:
     follower = follow(run.root, "--progress-interval", "0.3")
     feed(run, 0, 100)
+    # following (not still starting, which takes over a second on a loaded machine),
+    # then long enough for a progress line of it
+    wait_for(lambda: status(run.root).get("exported", {}).get("step_time") == 100)
     time.sleep(1)
     run.close()
     code, _out, err = finish(follower)

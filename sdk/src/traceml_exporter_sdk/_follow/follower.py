@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -74,6 +75,8 @@ MARK_GRACE_S = 10.0
 (it does so after its aggregator exits); less when the launcher is seen to be gone too."""
 GC_YOUNG_THRESHOLD = 50_000
 """Allocations between collections of the cyclic GC's youngest generation while following."""
+REREAD_S = 1.0
+"""Longest the follower goes without reading while the database's files look unchanged."""
 PASS_S = 1.0
 """Longest a pass over the tables reads before the loop saves the bookmark and the status."""
 LAG_CHECK_S = 2.0
@@ -151,6 +154,8 @@ class Follower:
         self.ledger = Ledger(folder, self.status)
         self._writers = DatabaseWriters(folder.database)
         self._stalled = False
+        self._unchanged: tuple[tuple[int, int, int] | None, ...] | None = None
+        self._reread_at = 0.0
         self._reports: list[ExportReport] = []
         self.read_error: str | None = None
 
@@ -237,6 +242,7 @@ class Follower:
     def _after_failure(self, source: SqliteSource, failure: ExportFailure) -> None:
         """Forget what the failed exporter was given past its last acknowledgement."""
         resent = self.ledger.forget(source, self._clock())
+        self._unchanged = None  # reading went back: what the files look like says nothing
         self._stalled = False
         self.status.failed(f"{failure.method}: {failure.error}", resent)
 
@@ -321,13 +327,14 @@ class Follower:
                 self._final_read(source)
                 return "complete"
             idle = now - last_rows
-            if idle >= ALIVE_CHECK_S and now >= next_alive_check:
+            unattended = idle >= self.idle_timeout and not self._writers.attended()
+            if unattended or (idle >= ALIVE_CHECK_S and now >= next_alive_check):
                 next_alive_check = now + ALIVE_CHECK_S
-                if not self._writers.alive():
+                if not self._writers.alive():  # gone, not orphaned: its launcher marks the run
                     self._await_mark()
                     self._final_read(source)
                     return "complete" if run_complete(self.folder.manifest()) else "aggregator-gone"
-            if idle >= self.idle_timeout and not self._writers.attended():
+            if unattended:
                 self._final_read(source)
                 return "idle"
             if self.stop.wait(self.poll_interval):
@@ -339,7 +346,7 @@ class Follower:
 
     def _final_read(self, source: SqliteSource) -> None:
         """Read what is left, then count the rows deleted after the last one read."""
-        while self._read_all(source) and not self._stalled:
+        while self._read_all(source, force=True) and not self._stalled:
             pass
         if self._stalled or self.worker.failure is not None:
             return
@@ -390,18 +397,46 @@ class Follower:
             immutable = run_complete(self.folder.manifest()) or database_holders(database) == set()
         return connect_read_only(database, immutable=immutable)
 
-    def _read_all(self, source: SqliteSource) -> int:
+    def _read_all(self, source: SqliteSource, *, force: bool = False) -> int:
         """One pass over every table on a connection of its own, closed at the end (so
         TraceML's last close is the last one and removes its WAL): submit each page of
-        new rows. Returns rows read."""
+        new rows. Returns rows read.
+
+        After a pass that found nothing new, the next is skipped (0) while the database
+        and its ``-wal`` are unchanged (size, modification time, inode: every commit
+        writes the ``-wal``), for at most ``REREAD_S``; ``force`` reads regardless.
+        """
+        signature = self._signature()
+        now = self._clock()
+        unchanged = signature is not None and signature == self._unchanged
+        if unchanged and not force and now < self._reread_at:
+            return 0
         try:
             source.connection = self._connect()
         except BackfillError:
             return 0  # the file went away: the manifest or the idle timeout ends the follow
         try:
-            return self._read_tables(source)
+            got = self._read_tables(source)
         finally:
             source.close()
+        self._unchanged = None if got else signature
+        self._reread_at = now + REREAD_S
+        return got
+
+    def _signature(self) -> tuple[tuple[int, int, int] | None, ...] | None:
+        """(size, mtime, inode) of the database and of its ``-wal``; None without a database."""
+        database = self.folder.database
+        out: list[tuple[int, int, int] | None] = []
+        for path in (database, database.with_name(database.name + "-wal")):
+            try:
+                st = os.stat(path)
+            except OSError:
+                if path is database:
+                    return None
+                out.append(None)
+                continue
+            out.append((st.st_size, st.st_mtime_ns, st.st_ino))
+        return tuple(out)
 
     def _read_tables(self, source: SqliteSource) -> int:
         """Hand over a page of each table in turn, until every table is read to its end
