@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from traceml_exporter_sdk import ExporterContext, ExportWorker
 from traceml_exporter_sdk._backfill import PAGE_ROWS
+from traceml_exporter_sdk._follow import follower as follower_module
+from traceml_exporter_sdk._follow.database import connect
 from traceml_exporter_sdk._follow.follower import PASS_S, REREAD_S, Follower
 from traceml_exporter_sdk._follow.ledger import Ledger
 from traceml_exporter_sdk._follow.run import RunFolder
@@ -116,13 +118,12 @@ def test_an_unchanged_database_is_not_read_again_until_a_commit_or_reread_s(
     sample = next(r for r in corpus_records(streams=STREAMS) if r.STREAM == "step_time")
     writer.flush([sample] * 10)
     connects: list[float] = []
-    connect = Follower._connect
 
-    def counting(self: Follower) -> Any:
+    def counting(folder: RunFolder) -> Any:
         connects.append(time.monotonic())
-        return connect(self)
+        return connect(folder)
 
-    monkeypatch.setattr(Follower, "_connect", counting)
+    monkeypatch.setattr(follower_module, "connect", counting)
     folder = RunFolder.at(tmp_path / "run")
     context = ExporterContext.create(folder.root, ",".join(STREAMS), False)
     batches: list[str] = []

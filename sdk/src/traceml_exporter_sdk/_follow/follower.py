@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,22 +37,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import apsw
-
 from .._backfill import (
-    DATABASE_ERRORS,
     PAGE_ROWS,
     BackfillError,
-    Connection,
     SqliteSource,
-    connect_read_only,
     open_database,
     plan_tables,
 )
 from .._feeding import wait_for_room
 from .._report import ExportFailure, ExportReport, write_warning_file
-from .._writers import DatabaseWriters, database_holders
+from .._writers import DatabaseWriters
 from ..worker import ExportWorker
+from .database import Signature, connect, files_signature, finish_traceml_close
 from .ledger import BOOKMARK_VERSION, Ledger
 from .retry import Backoff
 from .run import FollowError, RunFolder, run_complete
@@ -154,7 +149,7 @@ class Follower:
         self.ledger = Ledger(folder, self.status)
         self._writers = DatabaseWriters(folder.database)
         self._stalled = False
-        self._unchanged: tuple[tuple[int, int, int] | None, ...] | None = None
+        self._unchanged: Signature | None = None
         self._reread_at = 0.0
         self._reports: list[ExportReport] = []
         self.read_error: str | None = None
@@ -170,7 +165,7 @@ class Follower:
         manifest = self.folder.manifest() or {}
         self.ledger.identity = self.folder.identity(manifest)
         try:
-            source = open_database(self.folder.database, self._streams, self._connect())
+            source = open_database(self.folder.database, self._streams, connect(self.folder))
         except BackfillError as exc:
             raise FollowError(str(exc)) from None
         try:
@@ -261,7 +256,7 @@ class Follower:
         self, end: End, report: ExportReport, source: SqliteSource, resumed: bool, **extra: Any
     ) -> FollowResult:
         if end == "complete":
-            self._finish_traceml_close()
+            finish_traceml_close(self.folder)
         self.ledger.lag(source, self._highest_ids(source), self._clock())
         self.status.update(state="done", end=end)
         combined = self._combined(report)
@@ -353,50 +348,6 @@ class Follower:
         source.count_tail_pruned()
         self.ledger.mark(source, self._clock())
 
-    def _finish_traceml_close(self) -> None:
-        """Remove the ``-wal`` and ``-shm`` TraceML's last close left because a read of
-        ours overlapped it, as that close does when it is the last one.
-
-        Only where the run is marked complete, no process has the database open, and the
-        ``-wal`` is empty (TraceML's closing checkpoint ran whole and truncated it): then
-        opening and closing a connection that may write copies nothing into the
-        database, and SQLite removes both files. Anything else is left as it is.
-        """
-        database = self.folder.database
-        wal = database.with_name(database.name + "-wal")
-        try:
-            if wal.stat().st_size != 0:
-                return
-        except OSError:
-            return
-        if not run_complete(self.folder.manifest()) or database_holders(database) != set():
-            return
-        with contextlib.suppress(*DATABASE_ERRORS):
-            connection = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READWRITE)
-            try:
-                connection.execute("PRAGMA schema_version").fetchall()
-            finally:
-                connection.close()
-
-    def _connect(self) -> Connection:
-        """A read-only connection, immutable once no one has the database open.
-
-        While TraceML's writer has the database open, its ``-wal`` file exists; its
-        last close removes it. A read-only connection made after that would make
-        the ``-wal`` and ``-shm`` files again and could not remove them, so a
-        database without a ``-wal`` that no process has open (or whose run is
-        marked complete) is read as immutable, and the run folder is left as
-        TraceML left it.
-
-        Raises:
-            BackfillError: the database cannot be opened.
-        """
-        database = self.folder.database
-        immutable = False
-        if not database.with_name(database.name + "-wal").exists():
-            immutable = run_complete(self.folder.manifest()) or database_holders(database) == set()
-        return connect_read_only(database, immutable=immutable)
-
     def _read_all(self, source: SqliteSource, *, force: bool = False) -> int:
         """One pass over every table on a connection of its own, closed at the end (so
         TraceML's last close is the last one and removes its WAL): submit each page of
@@ -406,13 +357,13 @@ class Follower:
         and its ``-wal`` are unchanged (size, modification time, inode: every commit
         writes the ``-wal``), for at most ``REREAD_S``; ``force`` reads regardless.
         """
-        signature = self._signature()
+        signature = files_signature(self.folder.database)
         now = self._clock()
         unchanged = signature is not None and signature == self._unchanged
         if unchanged and not force and now < self._reread_at:
             return 0
         try:
-            source.connection = self._connect()
+            source.connection = connect(self.folder)
         except BackfillError:
             return 0  # the file went away: the manifest or the idle timeout ends the follow
         try:
@@ -422,21 +373,6 @@ class Follower:
         self._unchanged = None if got else signature
         self._reread_at = now + REREAD_S
         return got
-
-    def _signature(self) -> tuple[tuple[int, int, int] | None, ...] | None:
-        """(size, mtime, inode) of the database and of its ``-wal``; None without a database."""
-        database = self.folder.database
-        out: list[tuple[int, int, int] | None] = []
-        for path in (database, database.with_name(database.name + "-wal")):
-            try:
-                st = os.stat(path)
-            except OSError:
-                if path is database:
-                    return None
-                out.append(None)
-                continue
-            out.append((st.st_size, st.st_mtime_ns, st.st_ino))
-        return tuple(out)
 
     def _read_tables(self, source: SqliteSource) -> int:
         """Hand over a page of each table in turn, until every table is read to its end
@@ -483,7 +419,7 @@ class Follower:
 
     def _highest_ids(self, source: SqliteSource) -> dict[str, int]:
         with contextlib.suppress(BackfillError):
-            source.connection = self._connect()
+            source.connection = connect(self.folder)
             try:
                 return source.highest_ids()
             finally:
