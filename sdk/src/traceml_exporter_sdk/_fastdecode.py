@@ -11,7 +11,7 @@ msgspec accepts only what the careful path would read the same way: a value of
 another type (a float step, ``is_gpu`` 1, a boolean duration), NaN, a BOM, a lone
 surrogate, a body that is not an object... make it raise, and then the whole line
 goes the usual way (``PayloadReader.decode_line`` and ``records_from_payload``),
-which decides. ``tests/test_fast_decode.py`` checks the two agree.
+which decides. ``tests/mapping/test_fast_decode.py`` checks the two agree.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def line_mapper(streams: tuple[str, ...]) -> LineMapper | None:
 def _steps(
     meta: dict[str, Any], tables: dict[str, Any], out: list[Record], to_builtins: Any
 ) -> None:
-    """``fastpath._step_time`` for typed rows: the same fields, values already checked."""
+    """``_fastpath._step_time`` for typed rows: the same fields, values already checked."""
     if not tables:
         return
     rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(

@@ -124,7 +124,7 @@ def _step_memory(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list
         r.device = device if type(device) is str else to_str(device)
         step = get("step")
         r.step = step if type(step) is int else to_int(step)
-        # Byte counts arrive as ints (torch's memory stats): converted here, not in _f.
+        # Byte counts arrive as ints (torch's memory stats): converted here, not in fast_float.
         alloc = get("peak_alloc")
         r.peak_alloc_bytes = (
             alloc
@@ -334,4 +334,4 @@ FAST_BUILDERS: dict[str, FastBuilder] = {
     "StepMemorySampler": _step_memory,
     "Stdout/Stderr": _stdout_stderr,
 }
-"""Sampler -> its fast builder (the projections of ``projection.PROJECTIONS``)."""
+"""Sampler -> its fast builder (the projections of ``_projection.PROJECTIONS``)."""

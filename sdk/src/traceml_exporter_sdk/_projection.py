@@ -140,7 +140,7 @@ def _system(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
                 for gpu_idx, gpu in enumerate(gpus):
                     if not (isinstance(gpu, list) and len(gpu) >= 6):
                         continue
-                    # Eight GPUs a snapshot: plain floats skip the _float call.
+                    # Eight GPUs a snapshot: plain floats skip the to_float call.
                     util, mem_used, mem_total, temp, power, limit = (
                         gpu[0],
                         gpu[1],

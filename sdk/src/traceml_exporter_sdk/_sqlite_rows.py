@@ -12,7 +12,7 @@ A row that cannot become a record (``events_json`` that is not a JSON object,
 nested too deep, a missing ``observed_timestamp_unix_ns`` or ``gpu_idx``, an
 empty ``line``) is handed to the caller's ``bad`` callback with its id and the
 reason; the other rows go on. Used by the backfill (``_backfill.py``) and the
-follower (``_follow.py``) alike, for both table layouts.
+follower (``_follow/``) alike, for both table layouts.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ riding out the exporter's failures.
 TraceML 0.5.0 has no exporter setting; its aggregator writes
 ``<run>/aggregator/telemetry`` (WAL mode, one transaction per 0.5 s flush). The
 follower reads the rows each flush added (``id > last id`` per table, in short
-read-only statements, ``backfill.SqliteSource.read_page``), turns them into
+read-only statements, ``_backfill.SqliteSource.read_page``), turns them into
 records exactly as the backfill does, and hands them to an ``ExportWorker``
 whose exporter gets ``ExporterContext(session_root=<run>)``, as TraceML's would.
 
