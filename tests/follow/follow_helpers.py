@@ -126,3 +126,16 @@ def status(root: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data
+
+
+def catches(process: subprocess.Popen[str], signum: int) -> bool:
+    """``process`` has a handler for ``signum`` installed (``SigCgt`` in /proc): a signal
+    sent before that, while it still imports, would kill it instead of stopping it."""
+    try:
+        status_text = Path(f"/proc/{process.pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status_text.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False

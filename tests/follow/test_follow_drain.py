@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from traceml_exporter_sdk._follow.database import connect
 from traceml_exporter_sdk._follow.follower import PASS_S, REREAD_S, Follower
 from traceml_exporter_sdk._follow.ledger import Ledger
 from traceml_exporter_sdk._follow.run import RunFolder
+from traceml_exporter_sdk._follow.status import RunStatus
 from traceml_exporter_sdk.testing import corpus_records
 from writer050 import Writer050
 
@@ -154,3 +156,23 @@ def test_an_unchanged_database_is_not_read_again_until_a_commit_or_reread_s(
     assert follower.worker.delivered_records == 15
     assert idle_reads <= 6, f"{idle_reads} reads of an unchanged database in 1.5 s"
     assert caught_up < 0.5 * REREAD_S, f"a commit was read {caught_up:.2f} s after it"
+
+
+def test_the_lag_of_a_backlog_is_the_age_of_its_rows_not_of_the_pass_that_read_them(
+    tmp_path: Path,
+) -> None:
+    folder = RunFolder.at(tmp_path / "run")
+    status = RunStatus(folder.root)
+    ledger = Ledger(folder, status)
+    source: Any = SimpleNamespace(
+        last_id={"step_time_samples": 0}, pruned={}, skipped=0, rows_read=0, pruned_rows=0
+    )
+    received_ns = time.time_ns() - 600 * 10**9  # rows TraceML received 10 minutes ago
+    source.last_id = {"step_time_samples": 2000}
+    ledger.handed("step_time", 2000)
+    ledger.mark(source, time.monotonic(), received_ns)  # read just now, after an outage
+    ledger.lag(source, {"step_time_samples": 4000}, time.monotonic())
+    assert 599 < status.snapshot()["lag_seconds"] < 700
+    ledger.acknowledge(2000)
+    ledger.lag(source, {"step_time_samples": 2000}, time.monotonic(), caught_up=True)
+    assert status.snapshot()["lag_seconds"] == 0

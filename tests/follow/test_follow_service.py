@@ -24,6 +24,7 @@ from follow_helpers import (
     EXIT_LOCKED,
     EXIT_PERMANENT,
     bookmark,
+    catches,
     exported,
     finish,
     follow,
@@ -259,6 +260,7 @@ def test_a_logs_folder_is_followed_whole_with_metrics_and_a_restart_reads_nothin
     assert set(steps(logs / "run2")) == set(range(100))
     again = follow(logs, "--runs-poll-interval", "0.2", "--progress-interval", "0.5",
                    where="--logs-dir")  # fmt: skip
+    wait_for(lambda: catches(again, signal.SIGTERM))
     time.sleep(2)
     again.send_signal(signal.SIGTERM)
     code, out, err = finish(again)
@@ -275,6 +277,7 @@ def test_a_logs_folder_skips_and_names_a_run_followed_elsewhere(tmp_path: Path) 
     wait_for(lambda: (bookmark(logs / "run1") or {}).get("last_id", {}).get("step_time_samples"))
     whole = follow(logs, "--runs-poll-interval", "0.2", "--progress-interval", "0.5",
                    where="--logs-dir")  # fmt: skip
+    wait_for(lambda: catches(whole, signal.SIGTERM))
     time.sleep(2)
     whole.send_signal(signal.SIGTERM)
     code, out, err = finish(whole)
@@ -305,6 +308,7 @@ def test_progress_lines_say_what_the_follower_does(run: Writer050) -> None:
 
 def test_interrupting_a_follower_that_waits_for_its_run_names_the_signal(tmp_path: Path) -> None:
     follower = follow(tmp_path / "logs" / "later", "--wait", "60")
+    wait_for(lambda: catches(follower, signal.SIGTERM))
     time.sleep(1.5)
     follower.send_signal(signal.SIGTERM)
     code, _out, err = finish(follower)

@@ -398,7 +398,9 @@ class Follower:
                     self.worker.submit_records(records)
                     self.ledger.handed(plan.stream, len(records))
                 if rows:
-                    self.ledger.mark(source, self._clock())
+                    # rows come in id order, which is the order TraceML received them
+                    oldest = records[0].observed_timestamp_unix_ns if records else None
+                    self.ledger.mark(source, self._clock(), oldest)
                 if rows >= PAGE_ROWS:
                     unfinished.append(plan)
             plans = unfinished

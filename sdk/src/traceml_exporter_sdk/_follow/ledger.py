@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,8 @@ class _Mark:
     position: _Position
     exported: dict[str, int]
     read_at: float
+    observed_ns: int | None
+    """When TraceML received the page's first (oldest) row, wall-clock ns; None: unknown."""
 
 
 class Ledger:
@@ -65,9 +68,10 @@ class Ledger:
         self._acked_by_stream: dict[str, int] = {}
         """Records the current exporter acknowledged, per stream."""
         self._waiting_since: float | None = None
-        self._behind_floor: tuple[float, dict[str, int]] | None = None
-        """After a failure: when the oldest unacknowledged row was read, and how far reading
-        had got; rows up to there keep that time for the lag until they are acknowledged."""
+        self._behind_floor: tuple[float, dict[str, int], int | None] | None = None
+        """After a failure: when the oldest unacknowledged row was read, how far reading
+        had got, and when TraceML received that row; rows up to there keep those times for
+        the lag until they are acknowledged."""
         self._saved: tuple[dict[str, int], dict[str, int], int] | None = None
         self.identity: dict[str, Any] = {}
         self.skipped_before = 0
@@ -143,12 +147,14 @@ class Ledger:
         self.submitted += count
         self._by_stream[stream] += count
 
-    def mark(self, source: SqliteSource, now: float) -> None:
-        """Note the position after a page was handed over (or read with nothing to hand)."""
+    def mark(self, source: SqliteSource, now: float, observed_ns: int | None = None) -> None:
+        """Note the position after a page was handed over (or read with nothing to hand),
+        and when TraceML received the page's oldest row."""
         position = _Position(
             dict(source.last_id), dict(source.pruned), source.skipped, source.rows_read
         )
-        self._marks.append(_Mark(self.submitted, position, dict(self._by_stream), now))
+        mark = _Mark(self.submitted, position, dict(self._by_stream), now, observed_ns)
+        self._marks.append(mark)
 
     @property
     def pending(self) -> int:
@@ -230,7 +236,7 @@ class Ledger:
         read_to = dict(source.last_id)
         oldest = self._marks[0].read_at if self._marks else now
         if self._behind_floor is None and resent:
-            self._behind_floor = (oldest, read_to)
+            self._behind_floor = (oldest, read_to, self._oldest_observed())
         acked = self._acked
         source.last_id = dict(acked.last_id)
         source.pruned = dict(acked.pruned)
@@ -252,8 +258,10 @@ class Ledger:
         self, source: SqliteSource, highest: dict[str, int], now: float, caught_up: bool = False
     ) -> None:
         """Rows in the database not yet acknowledged (``highest`` id per table minus the
-        bookmark's), and how long the oldest has waited since it was first seen (0 once
-        every row is acknowledged)."""
+        bookmark's), and how long the oldest has waited (0 once every row is
+        acknowledged): since TraceML received it, where its rows say (``recv_ts_ns``),
+        else since the follower first saw it. A backlog read after an outage is as old
+        as its rows, not as the pass that read it."""
         acked = self._acked.last_id
         rows = sum(max(0, last - acked.get(table, 0)) for table, last in highest.items())
         if rows == 0 and (caught_up or not self._marks):
@@ -266,4 +274,15 @@ class Ledger:
             if self._behind_floor is not None:
                 oldest = min(oldest, self._behind_floor[0])
             lag = max(0.0, now - oldest)
+            observed = self._oldest_observed()
+            if observed is not None:
+                lag = max(lag, time.time() - observed / 1e9)
         self.status.update(lag_rows=rows, lag_seconds=lag, rows_pruned=source.pruned_rows)
+
+    def _oldest_observed(self) -> int | None:
+        """When TraceML received the oldest row handed out and not acknowledged (ns)."""
+        stamps = [m.observed_ns for m in self._marks if m.observed_ns is not None]
+        floor = self._behind_floor
+        if floor is not None and floor[2] is not None:
+            stamps.append(floor[2])
+        return min(stamps, default=None)
