@@ -27,6 +27,7 @@ from near_typed import (
 )
 from oracle import payloads
 from traceml_exporter_sdk import records_from_payload
+from traceml_exporter_sdk._fastpath import FAST_BUILDERS
 from traceml_exporter_sdk.testing import load_corpus
 
 pytestmark = pytest.mark.filterwarnings("ignore:__int__ returned non-int:DeprecationWarning")
@@ -63,19 +64,27 @@ def test_fast_equals_careful_on_hostile_payloads(data: st.DataObject, streams: A
 
 
 def test_fast_path_builds_the_corpus_without_falling_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Well-typed payloads never reach the careful path."""
+    """Well-typed payloads of a sampler with a fast builder never reach the careful path
+    (runtime_environment and stdout_stderr have none: ``bench_fastpath.py``)."""
 
     payloads = load_corpus()
     for payload in payloads:
         fast, careful_result = both(payload)
         assert fast == careful_result
 
-    def careful(*_: Any) -> int:
-        raise AssertionError("fell back to the careful path")
+    real = mapping_module._careful
+
+    def careful(projection: Any, *rest: Any) -> int:
+        if projection.sampler in FAST_BUILDERS:
+            raise AssertionError(f"{projection.sampler} fell back to the careful path")
+        return real(projection, *rest)
 
     monkeypatch.setattr(mapping_module, "_careful", careful)
     batches = [records_from_payload(p, observed_timestamp_unix_ns=1) for p in payloads]
-    assert sum(len(b.records) for b in batches) > 0
+    assert {r.STREAM for b in batches for r in b.records} == {
+        "step_time", "step_memory", "system", "system_gpu", "process", "runtime_environment",
+        "stdout_stderr",
+    }  # fmt: skip
 
 
 def test_partial_system_selection_keeps_only_the_selected_stream() -> None:

@@ -4,8 +4,8 @@ Each builder here is the projection of the same name in ``_projection.py`` (the
 careful path, which stays the reference), written out per table: every value that
 already has its field's exact type is taken as it is, anything else goes through
 the careful path's own coercion, so the records are equal by construction. The
-records are filled field by field (``records.twin``) or built with
-``records.builder``, never through an intermediate tuple.
+records are filled field by field (``records.twin``), never through an
+intermediate tuple.
 
 A builder appends to the caller's list and may raise; the caller then removes what
 it appended and runs the careful projection, which decides (``mapping.py``).
@@ -17,13 +17,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._coerce import (
-    as_str,
     bool01,
     events,
     fast_float,
     identity,
-    opt_int,
-    opt_str,
     rows_of,
     time_ns,
     to_int,
@@ -32,13 +29,10 @@ from ._coerce import (
 from .records import (
     ProcessRecord,
     Record,
-    RuntimeEnvironmentRecord,
-    StdoutStderrRecord,
     StepMemoryRecord,
     StepTimeRecord,
     SystemGpuRecord,
     SystemRecord,
-    builder,
     twin,
 )
 
@@ -53,8 +47,6 @@ _STEP_MEMORY_FIELDS = twin(StepMemoryRecord)
 _PROCESS_FIELDS = twin(ProcessRecord)
 _SYSTEM_FIELDS = twin(SystemRecord)
 _SYSTEM_GPU_FIELDS = twin(SystemGpuRecord)
-_RUNTIME = builder(RuntimeEnvironmentRecord)
-_STDOUT = builder(StdoutStderrRecord)
 
 
 # The builders below fill each record field by field (``records.twin``): a record of
@@ -281,57 +273,13 @@ def _process(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Rec
         append(r)
 
 
-def _runtime_environment(
-    meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Record]
-) -> None:
-    rows = tables.get("RuntimeEnvironmentTable") if isinstance(tables, dict) else None
-    if not isinstance(rows, list):
-        return
-    ident = identity(meta)
-    pid = opt_int(meta.get("pid"))
-    for row in rows:
-        if not isinstance(row, dict):
-            continue
-        get = row.get
-        out.append(
-            _RUNTIME(
-                observed,
-                *ident,
-                pid,
-                time_ns(get("ts")),
-                opt_int(get("seq")),
-                opt_str(get("topology")),
-                bool01(get("distributed_initialized")),
-                opt_str(get("distributed_backend")),
-                opt_str(get("training_strategy")),
-                opt_str(get("strategy_source")),
-                opt_str(get("strategy_confidence")),
-            )
-        )
-
-
-def _stdout_stderr(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Record]) -> None:
-    rows = rows_of(tables)
-    if not rows:
-        return
-    rank = identity(meta)[0]
-    ts = time_ns(meta.get("timestamp"))
-    for row in rows:
-        line = row.get("line")
-        if line is None:
-            continue
-        if type(line) is not str:
-            line = as_str(line)
-        if line:
-            out.append(_STDOUT(observed, rank, ts, line))
-
-
 FAST_BUILDERS: dict[str, FastBuilder] = {
-    "RuntimeEnvironmentSampler": _runtime_environment,
     "SystemSampler": _system,
     "ProcessSampler": _process,
     "StepTimeSampler": _step_time,
     "StepMemorySampler": _step_memory,
-    "Stdout/Stderr": _stdout_stderr,
 }
-"""Sampler -> its fast builder (the projections of ``_projection.PROJECTIONS``)."""
+"""Sampler -> its fast builder (of ``_projection.PROJECTIONS``). Only where one wins by
+at least 1.3x over the careful path alone (``tests/benchmarks/bench_fastpath.py``):
+runtime_environment and stdout_stderr, whose builders were copies of the careful
+projections and measured 1.05x and 1.1-1.3x, have none."""
