@@ -6,9 +6,9 @@ the follower) coerce each field with these functions, so a value means the same
 whichever way it came. They mirror traceml-ai 0.5.0's writers (``wire-format.md``):
 
 - ``opt_int``/``opt_str``: identity and best-effort fields, anything that raises is None;
-- ``to_int``/``to_float``/``to_str``/``bool01``/``time_ns``: strict row fields;
-- ``identity``: the seven identity fields of an envelope, plain values taken as they are;
-- ``events``: the events map, a fast reading of plain dicts that falls back to
+- ``to_int``/``to_float``/``to_str``/``bool01``/``unix_ns``: strict row fields;
+- ``identity_fields``: the seven identity fields of an envelope, plain values taken as they are;
+- ``normalised_events``: the events map, a fast reading of plain dicts that falls back to
   ``careful_events`` (TraceML's ``_normalize_events``) for anything else.
 """
 
@@ -25,16 +25,16 @@ __all__ = [
     "bool01",
     "careful_events",
     "drop_deviceless",
-    "events",
     "fast_float",
-    "identity",
+    "identity_fields",
+    "normalised_events",
     "opt_int",
     "opt_str",
     "rows_of",
-    "time_ns",
     "to_float",
     "to_int",
     "to_str",
+    "unix_ns",
 ]
 
 Meta = Mapping[Any, Any]
@@ -86,6 +86,7 @@ def to_str(value: Any) -> str | None:
 
 
 def bool01(value: Any) -> int | None:
+    """A payload's True/False as the writer stores it, 1/0; anything else None."""
     if value is True:
         return 1
     if value is False:
@@ -93,7 +94,7 @@ def bool01(value: Any) -> int | None:
     return None
 
 
-def time_ns(value: Any) -> int | None:
+def unix_ns(value: Any) -> int | None:
     """Integer Unix nanoseconds; float seconds from older ranks give None."""
     if type(value) is int:
         return value
@@ -143,7 +144,7 @@ def careful_events(raw: Any) -> dict[str, dict[str, EventStats]]:
     return out
 
 
-def identity(
+def identity_fields(
     meta: Meta,
 ) -> tuple[int | None, int | None, int | None, int | None, int | None, int | None, str | None]:
     """``(rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname)``.
@@ -189,10 +190,10 @@ def fast_float(value: Any) -> float | None:
 
 
 class FloatNCalls(Exception):  # noqa: N818 - a signal, not an error
-    """Raised by ``events(raw, strict=True)`` at an ``n_calls`` that is a float."""
+    """Raised by ``normalised_events(raw, strict=True)`` at an ``n_calls`` that is a float."""
 
 
-def events(raw: Any, strict: bool = False) -> dict[str, dict[str, EventStats]]:
+def normalised_events(raw: Any, strict: bool = False) -> dict[str, dict[str, EventStats]]:
     """``careful_events`` for a map of plain dicts with str keys; else the careful one.
 
     With str keys no two names (or devices) collide, so an event is kept exactly when

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._coerce import drop_deviceless, identity
+from ._coerce import drop_deviceless, identity_fields
 from ._projection import sampler_of
 from .mapping import records_from_payload
 from .records import Record, RecordBatch, StepTimeRecord, twin
@@ -107,8 +107,8 @@ def _steps(
     """``_fastpath._step_time`` for typed rows: the same fields, values already checked."""
     if not tables:
         return
-    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(
-        meta
+    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (
+        identity_fields(meta)
     )
     observed = time.time_ns()
     append = out.append

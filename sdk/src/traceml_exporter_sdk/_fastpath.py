@@ -18,13 +18,13 @@ from typing import Any
 
 from ._coerce import (
     bool01,
-    events,
     fast_float,
-    identity,
+    identity_fields,
+    normalised_events,
     rows_of,
-    time_ns,
     to_int,
     to_str,
+    unix_ns,
 )
 from .records import (
     ProcessRecord,
@@ -57,8 +57,8 @@ def _step_time(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[R
     rows = rows_of(tables)
     if not rows:
         return
-    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(
-        meta
+    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (
+        identity_fields(meta)
     )
     append = out.append
     new = _new
@@ -76,12 +76,12 @@ def _step_time(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[R
         r.node_rank = node_rank
         r.hostname = hostname
         ts = get("timestamp")
-        r.timestamp_unix_ns = ts if type(ts) is int else time_ns(ts)
+        r.timestamp_unix_ns = ts if type(ts) is int else unix_ns(ts)
         seq = get("seq")
         r.seq = seq if type(seq) is int else to_int(seq)
         step = get("step")
         r.step = step if type(step) is int else to_int(step)
-        r.events = events(get("events"))
+        r.events = normalised_events(get("events"))
         r.__class__ = record
         append(r)
 
@@ -90,8 +90,8 @@ def _step_memory(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list
     rows = rows_of(tables)
     if not rows:
         return
-    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(
-        meta
+    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (
+        identity_fields(meta)
     )
     append = out.append
     new = _new
@@ -109,7 +109,7 @@ def _step_memory(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list
         r.node_rank = node_rank
         r.hostname = hostname
         ts = get("ts")
-        r.timestamp_unix_ns = ts if type(ts) is int else time_ns(ts)
+        r.timestamp_unix_ns = ts if type(ts) is int else unix_ns(ts)
         seq = get("seq")
         r.seq = seq if type(seq) is int else to_int(seq)
         device = get("device")
@@ -137,7 +137,9 @@ def _system(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Reco
     rows = rows_of(tables)
     if not rows:
         return
-    global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(meta)[1:]
+    global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity_fields(
+        meta
+    )[1:]
     # The writer's table order: every system row, then every GPU row of the envelope.
     gpu_records: list[Record] = []
     append = out.append
@@ -152,7 +154,7 @@ def _system(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Reco
         ts = get("ts")
         seq = get("seq")
         if type(ts) is not int:
-            ts = time_ns(ts)
+            ts = unix_ns(ts)
         if type(seq) is not int:
             seq = to_int(seq)
         gpus = get("gpus")
@@ -215,8 +217,8 @@ def _process(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Rec
     rows = rows_of(tables)
     if not rows:
         return
-    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(
-        meta
+    rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (
+        identity_fields(meta)
     )
     append = out.append
     new = _new
@@ -251,7 +253,7 @@ def _process(meta: Meta, tables: Mapping[Any, Any], observed: int, out: list[Rec
         r.node_rank = node_rank
         r.hostname = hostname
         ts = get("ts")
-        r.timestamp_unix_ns = ts if type(ts) is int else time_ns(ts)
+        r.timestamp_unix_ns = ts if type(ts) is int else unix_ns(ts)
         seq = get("seq")
         r.seq = seq if type(seq) is int else to_int(seq)
         cpu = get("cpu")

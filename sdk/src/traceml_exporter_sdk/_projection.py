@@ -19,14 +19,14 @@ from ._coerce import (
     as_str,
     bool01,
     careful_events,
-    identity,
+    identity_fields,
     opt_int,
     opt_str,
     rows_of,
-    time_ns,
     to_float,
     to_int,
     to_str,
+    unix_ns,
 )
 from .records import (
     ProcessRecord,
@@ -94,7 +94,7 @@ def _runtime_environment(meta: Meta, tables: Mapping[Any, Any], observed: int) -
     out: list[Row] = []
     rows = tables.get("RuntimeEnvironmentTable") if isinstance(tables, dict) else None
     if isinstance(rows, list):
-        ident = identity(meta)
+        ident = identity_fields(meta)
         pid = opt_int(meta.get("pid"))
         for row in rows:
             if not isinstance(row, dict):
@@ -105,7 +105,7 @@ def _runtime_environment(meta: Meta, tables: Mapping[Any, Any], observed: int) -
                     observed,
                     *ident,
                     pid,
-                    time_ns(get("ts")),
+                    unix_ns(get("ts")),
                     opt_int(get("seq")),
                     opt_str(get("topology")),
                     bool01(get("distributed_initialized")),
@@ -128,12 +128,12 @@ def _system(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
     rows = rows_of(tables)
     if rows:
         # No rank column: the legacy alias is ignored.
-        global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(meta)[
-            1:
-        ]
+        global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (
+            identity_fields(meta)[1:]
+        )
         for row in rows:
             get = row.get
-            ts = time_ns(get("ts"))
+            ts = unix_ns(get("ts"))
             seq = to_int(get("seq"))
             gpus = get("gpus")
             if isinstance(gpus, list):
@@ -194,8 +194,8 @@ def _process(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
     out: list[Row] = []
     rows = rows_of(tables)
     if rows:
-        rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(
-            meta
+        rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (
+            identity_fields(meta)
         )
         for row in rows:
             get = row.get
@@ -217,7 +217,7 @@ def _process(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
                     local_world_size,
                     node_rank,
                     hostname,
-                    time_ns(get("ts")),
+                    unix_ns(get("ts")),
                     to_int(get("seq")),
                     to_float(get("cpu")),
                     to_int(get("cpu_cores")),
@@ -238,8 +238,8 @@ def _step_time(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
     out: list[Row] = []
     rows = rows_of(tables)
     if rows:
-        rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(
-            meta
+        rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (
+            identity_fields(meta)
         )
         for row in rows:
             get = row.get
@@ -253,7 +253,7 @@ def _step_time(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
                     local_world_size,
                     node_rank,
                     hostname,
-                    time_ns(get("timestamp")),
+                    unix_ns(get("timestamp")),
                     to_int(get("seq")),
                     to_int(get("step")),
                     careful_events(get("events")),
@@ -266,8 +266,8 @@ def _step_memory(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
     out: list[Row] = []
     rows = rows_of(tables)
     if rows:
-        rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = identity(
-            meta
+        rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (
+            identity_fields(meta)
         )
         for row in rows:
             get = row.get
@@ -281,7 +281,7 @@ def _step_memory(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows:
                     local_world_size,
                     node_rank,
                     hostname,
-                    time_ns(get("ts")),
+                    unix_ns(get("ts")),
                     to_int(get("seq")),
                     to_str(get("device")),
                     to_int(get("step")),
@@ -296,8 +296,8 @@ def _stdout_stderr(meta: Meta, tables: Mapping[Any, Any], observed: int) -> Rows
     out: list[Row] = []
     rows = rows_of(tables)
     if rows:
-        rank = identity(meta)[0]
-        ts = time_ns(meta.get("timestamp"))
+        rank = identity_fields(meta)[0]
+        ts = unix_ns(meta.get("timestamp"))
         for row in rows:
             line = row.get("line")
             if line is None:

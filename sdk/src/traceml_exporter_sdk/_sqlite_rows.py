@@ -28,13 +28,13 @@ import orjson
 from ._coerce import (
     FloatNCalls,
     as_str,
-    events,
+    normalised_events,
     opt_int,
     opt_str,
-    time_ns,
     to_float,
     to_int,
     to_str,
+    unix_ns,
 )
 from .records import RECORD_TYPE_BY_STREAM, RECORD_TYPES, Record, builder, twin
 
@@ -223,7 +223,7 @@ def _careful_events(text: Any) -> dict[str, Any] | str:
     if type(value) is not dict:
         return f"events_json is a JSON {type(value).__name__}, not an object"
     try:
-        return events(value, strict=True)
+        return normalised_events(value, strict=True)
     except FloatNCalls:
         return _events_by_json(text)
 
@@ -238,7 +238,7 @@ def _events_by_json(text: str) -> dict[str, Any] | str:
         return "events_json is nested too deeply"
     if type(value) is not dict:
         return f"events_json is a JSON {type(value).__name__}, not an object"
-    return events(value)
+    return normalised_events(value)
 
 
 class _UnfitError(Exception):
@@ -261,8 +261,8 @@ def _line(value: Any) -> str:
     return line
 
 
-def _bool01(value: Any) -> int | None:
-    """0/1 as stored by the writer; anything else is None (the payload path's _bool01)."""
+def _stored01(value: Any) -> int | None:
+    """0/1 as the writer stored it; anything else is None (``_coerce.bool01`` reads a payload's True/False)."""
     return value if type(value) is int and value in (0, 1) else None
 
 
@@ -280,10 +280,10 @@ _IDENTITY = {
     "pid": opt_int,
     "hostname": opt_str,
     "observed_timestamp_unix_ns": _required_int("observed_timestamp_unix_ns"),
-    "timestamp_unix_ns": time_ns,
+    "timestamp_unix_ns": unix_ns,
     "gpu_idx": _required_int("gpu_idx"),
-    "gpu_available": _bool01,
-    "distributed_initialized": _bool01,
+    "gpu_available": _stored01,
+    "distributed_initialized": _stored01,
     "line": _line,
 }
 _BY_HINT: dict[str, Callable[[Any], Any]] = {"int": to_int, "float": to_float, "str": to_str}

@@ -65,7 +65,7 @@ QUEUE_LIMIT = 16
 """Batches kept queued in the worker; the follower waits for room, so nothing is dropped."""
 ALIVE_CHECK_S = 2.0
 """Idle seconds before the follower looks whether the aggregator still has the database open."""
-MARK_GRACE_S = 10.0
+MANIFEST_GRACE_S = 10.0
 """Seconds to wait, once the aggregator is gone, for TraceML's launcher to mark the manifest
 (it does so after its aggregator exits); less when the launcher is seen to be gone too."""
 GC_YOUNG_THRESHOLD = 50_000
@@ -326,7 +326,7 @@ class Follower:
             if unattended or (idle >= ALIVE_CHECK_S and now >= next_alive_check):
                 next_alive_check = now + ALIVE_CHECK_S
                 if not self._writers.alive():  # gone, not orphaned: its launcher marks the run
-                    self._await_mark()
+                    self._await_manifest_end()
                     self._final_read(source)
                     return "complete" if run_complete(self.folder.manifest()) else "aggregator-gone"
             if unattended:
@@ -408,10 +408,10 @@ class Follower:
                 break
         return got
 
-    def _await_mark(self) -> None:
-        """The aggregator is gone: give its launcher up to ``MARK_GRACE_S`` to mark the
+    def _await_manifest_end(self) -> None:
+        """The aggregator is gone: give its launcher up to ``MANIFEST_GRACE_S`` to mark the
         manifest, unless the launcher is known and gone too (the whole run was killed)."""
-        deadline = self._clock() + MARK_GRACE_S
+        deadline = self._clock() + MANIFEST_GRACE_S
         while not run_complete(self.folder.manifest()) and self._clock() < deadline:
             if self._writers.launchers_gone():
                 return
