@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
-from cookiecutter.main import cookiecutter
 from traceml_exporter_sdk import ExporterContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bake import bake, exporter_of
 from _smoke import scaled, summary, verdict
 from bench_export import build_batches, step_time_payload
 
@@ -46,22 +46,6 @@ STEPS = 8
 FLUSH_EVERY = 16
 FLUENT_RECORDS = scaled(40, 4)
 Factory = Callable[[ExporterContext], Any]
-
-
-def bake(tmp: Path) -> tuple[Factory, Any]:
-    """The template's mlflow sink, baked and imported: its factory and test-peer module."""
-    project = Path(
-        cookiecutter(
-            str(ROOT / "template"),
-            no_input=True,
-            extra_context={"sink": "mlflow", "project_name": "bench mlflow"},
-            output_dir=str(tmp),
-            default_config=True,
-        )
-    )
-    sys.path[:0] = [str(project / "src"), str(project / "tests")]
-    exporter = importlib.import_module("traceml_exporter_bench_mlflow.exporter")
-    return exporter.make_exporter, importlib.import_module("mlflow_server")
 
 
 def points_of(records: list[Any]) -> dict[int, list[dict[str, Any]]]:
@@ -157,7 +141,10 @@ def main() -> int:
     os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
     peer = None
     try:
-        factory, peers = bake(tmp / "bake")
+        project = bake(tmp / "bake", "mlflow")
+        factory = exporter_of(project).make_exporter
+        sys.path.insert(0, str(project / "tests"))
+        peers = importlib.import_module("mlflow_server")
         started = time.perf_counter()
         peer = peers.MlflowServer().start()
         print(f"mlflow server healthy after {time.perf_counter() - started:.1f} s")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import gc
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from _bake import baked_exporter
 from _smoke import scaled, summary, verdict
 from traceml_exporter_sdk import ExporterContext, StepTimeRecord
 from traceml_exporter_sdk.testing import corpus_records
@@ -49,19 +49,6 @@ EVENTS = (
     "_traceml_internal:optimizer_step",
     "_traceml_internal:step_time",
 )
-
-
-def bake(folder: Path) -> tuple[str, Path]:
-    """Bake the otlp sink; return its package name and src folder."""
-    command = [sys.executable, "-m", "cookiecutter", "--no-input", "-o", str(folder), str(ROOT)]
-    subprocess.run(
-        [*command, "sink=otlp", "project_name=bench"],
-        check=True,
-        capture_output=True,
-        env={**os.environ, "HOME": str(folder)},
-    )
-    (project,) = (p for p in folder.iterdir() if p.is_dir() and p.name.startswith("traceml"))
-    return project.name.replace("-", "_"), project / "src"
 
 
 def step_records(n: int) -> list[Any]:
@@ -173,10 +160,7 @@ def best(run: Callable[[], float]) -> float:
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
-        package, src = bake(Path(folder))
-        sys.path.insert(0, str(src))
-        module = __import__(f"{package}.exporter", fromlist=["make_exporter"])
-        make = module.make_exporter
+        make = baked_exporter(Path(folder), "otlp", "bench").make_exporter
         results: list[bool] = []
         with OtlpReceiver() as peer:
             os.environ["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"] = peer.endpoint

@@ -19,7 +19,6 @@ at most a quarter of jsonl's bytes. Prints PASS or MISS per target; exits 0.
 from __future__ import annotations
 
 import gc
-import importlib
 import os
 import random
 import shutil
@@ -31,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow
-from cookiecutter.main import cookiecutter
 from traceml_exporter_sdk import ExporterContext, ExportWorker
 from traceml_exporter_sdk.testing import corpus_batches
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bake import baked_exporter
 from _smoke import scaled, summary, verdict
 from bench_export import (  # the workload of the export benchmark, shared
     STEPS_PER_TICK,
@@ -67,21 +66,6 @@ def step_memory_payload(rank: int, tick: int, rng: random.Random) -> list[Any]:
     ]
     meta = rank_meta(rank=rank, sampler="StepMemorySampler", t_ns=t_ns, omit=("pid",))
     return [{"meta": meta, "body": {"tables": {"step_memory": rows}}}]
-
-
-def bake_parquet_exporter(tmp: Path) -> Factory:
-    """The template's parquet sink, baked and imported: its ``make_exporter``."""
-    project = cookiecutter(
-        str(ROOT / "template"),
-        no_input=True,
-        extra_context={"sink": "parquet", "project_name": "bench parquet"},
-        output_dir=str(tmp),
-        default_config=True,
-    )
-    sys.path.insert(0, str(Path(project) / "src"))
-    module = importlib.import_module("traceml_exporter_bench_parquet.exporter")
-    factory: Factory = module.make_exporter
-    return factory
 
 
 def disk_bytes(root: Path) -> int:
@@ -156,7 +140,7 @@ def main() -> int:
     results: list[bool] = []
     with tempfile.TemporaryDirectory(prefix="bench-parquet-") as name:
         tmp = Path(name)
-        parquet = bake_parquet_exporter(tmp / "baked")
+        parquet = baked_exporter(tmp / "baked", "parquet").make_exporter
         memory = build_batches(step_memory_payload, scaled(200, 2))
         steps = build_batches(
             lambda r, t, rng: step_time_payload(r, t, STEPS_PER_TICK, rng), scaled(100, 2)

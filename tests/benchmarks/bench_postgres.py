@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from _bake import baked_exporter
 from _smoke import scaled, summary, verdict
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -86,23 +87,6 @@ def _step_memory(n: int, rng: random.Random) -> list[Any]:
         peaks = (rng.uniform(1e9, 8e10), rng.uniform(1e9, 8e10))
         out.append(StepMemoryRecord(NS + i, *ids, NS + i, i // 64, "cuda:0", i // 64, *peaks))
     return out
-
-
-def _bake(folder: Path) -> Any:
-    """The template's postgres sink, baked and imported as ``traceml_exporter_bench``."""
-    from cookiecutter.main import cookiecutter
-
-    project = cookiecutter(
-        str(ROOT),
-        no_input=True,
-        extra_context={"project_name": "bench", "sink": "postgres"},
-        output_dir=str(folder),
-        default_config=True,
-    )
-    sys.path.insert(0, str(Path(project) / "src"))
-    import traceml_exporter_bench.exporter as exporter
-
-    return exporter
 
 
 def _exporter_run(module: Any, records: Sequence[Any], root: Path, schema: str) -> float:
@@ -241,7 +225,7 @@ def main() -> int:
     rng = random.Random(12)
     results: list[bool] = []
     with tempfile.TemporaryDirectory() as folder, postgres_server(fsync=True) as server:
-        module = _bake(Path(folder) / "bake")
+        module = baked_exporter(Path(folder) / "bake", "postgres", "bench")
         os.environ.update(server.env())
         version = server.execute("SHOW server_version")
         print(

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gc
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
+from _bake import baked_exporter
 from _smoke import scaled, summary, verdict
 from bench_otlp import corpus, step_records
 from traceml_exporter_sdk import ExporterContext
@@ -50,21 +50,6 @@ STEP_RECORDS = scaled(200_000, 2_000)
 CORPUS_RECORDS = scaled(100_000, 1_000)
 OTLP_RECORDS = scaled(20_000, 1_000)
 TARGET = 200_000.0
-
-
-def bake(folder: Path, sink: str) -> Any:
-    """Bake ``sink`` under its own package name; return its exporter module."""
-    name = f"bench{sink}"
-    command = [sys.executable, "-m", "cookiecutter", "--no-input", "-o", str(folder), str(ROOT)]
-    subprocess.run(
-        [*command, f"sink={sink}", f"project_name={name}"],
-        check=True,
-        capture_output=True,
-        env={**os.environ, "HOME": str(folder)},
-    )
-    project = folder / f"traceml-exporter-{name}"
-    sys.path.insert(0, str(project / "src"))
-    return __import__(f"traceml_exporter_{name}.exporter", fromlist=["make_exporter"])
 
 
 class Capture:
@@ -168,8 +153,8 @@ def series_count(server: MetricsServer) -> int:
 def main() -> int:
     results: list[bool] = []
     with tempfile.TemporaryDirectory() as folder:
-        prometheus = bake(Path(folder), "prometheus").make_exporter
-        otlp = bake(Path(folder), "otlp").make_exporter
+        prometheus = baked_exporter(Path(folder), "prometheus", "benchprometheus").make_exporter
+        otlp = baked_exporter(Path(folder), "otlp", "benchotlp").make_exporter
         with victoria_metrics_server() as server, OtlpReceiver() as peer:
             os.environ["PROMETHEUS_REMOTE_WRITE_URL"] = server.write_url
             os.environ["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"] = peer.endpoint

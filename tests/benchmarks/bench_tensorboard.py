@@ -15,7 +15,6 @@ MISS; exits 0.
 from __future__ import annotations
 
 import gc
-import importlib
 import shutil
 import sys
 import tempfile
@@ -24,12 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cookiecutter.main import cookiecutter
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboardX import SummaryWriter
 from traceml_exporter_sdk import ExporterContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bake import baked_exporter
 from _smoke import scaled, summary, verdict
 from bench_export import RANKS, build_batches, step_time_payload
 
@@ -41,21 +40,6 @@ MEASURES = ("duration_ms", "cpu_ms", "gpu_ms", "n_calls")
 Factory = Callable[[ExporterContext], Any]
 Point = tuple[int, str, float, int, float]
 """``(rank, tag, value, step, wall_time)``."""
-
-
-def bake_tensorboard_exporter(tmp: Path) -> Factory:
-    """The template's tensorboard sink, baked and imported: its ``make_exporter``."""
-    project = cookiecutter(
-        str(ROOT / "template"),
-        no_input=True,
-        extra_context={"sink": "tensorboard", "project_name": "bench tensorboard"},
-        output_dir=str(tmp),
-        default_config=True,
-    )
-    sys.path.insert(0, str(Path(project) / "src"))
-    module = importlib.import_module("traceml_exporter_bench_tensorboard.exporter")
-    factory: Factory = module.make_exporter
-    return factory
 
 
 def points_of(records: list[Any]) -> list[Point]:
@@ -117,7 +101,7 @@ def points_read_back(out: Path) -> int:
 def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-tensorboard-"))
     try:
-        factory = bake_tensorboard_exporter(tmp / "bake")
+        factory = baked_exporter(tmp / "bake", "tensorboard").make_exporter
         batches = build_batches(lambda r, t, rng: step_time_payload(r, t, STEPS, rng), TICKS)
         records = [record for batch in batches for record in batch]
         points = points_of(records)

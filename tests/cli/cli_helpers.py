@@ -24,6 +24,14 @@ CLI = [sys.executable, "-m", "traceml_exporter_sdk.cli"]
 _CLEARED = ("TRACEML_EXPORTER", "TRACEML_EXPORT_STREAMS", "TRACEML_EXPORTER_HOSTNAME")
 
 
+def cli_env() -> dict[str, str]:
+    """This environment without the TraceML settings and PYTHONPATH, for a CLI started
+    by hand (``subprocess.Popen``, to signal it mid-run); ``run_cli`` clears the same."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
+    environ.pop("PYTHONPATH", None)
+    return environ
+
+
 def run_cli(
     *args: str,
     cwd: Path,

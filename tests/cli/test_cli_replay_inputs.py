@@ -15,6 +15,7 @@ import orjson
 import pytest
 from cli_helpers import (
     CLI,
+    cli_env,
     error_lines,
     read_export,
     run_cli,
@@ -48,12 +49,6 @@ def make(context):
 """
 
 
-def _env() -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
-    environ.pop("PYTHONPATH", None)
-    return environ
-
-
 def _lines(payloads: int) -> bytes:
     return b"".join(orjson.dumps(step_time_payload(0, s)) + b"\n" for s in range(payloads))
 
@@ -74,7 +69,7 @@ def _replay_stdin(tmp_path: Path, data: bytes, *extra: str) -> subprocess.Comple
         [*CLI, "replay", "jsonl", "--payloads", "/dev/stdin", "--session-root", "r", *extra],
         input=data,
         cwd=tmp_path,
-        env=_env(),
+        env=cli_env(),
         capture_output=True,
         timeout=60,
         check=False,
@@ -157,7 +152,7 @@ def test_two_replays_started_together_on_one_new_session_root_one_is_refused(
         subprocess.Popen(
             command,
             cwd=tmp_path,
-            env=_env(),
+            env=cli_env(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -19,6 +19,7 @@ import pytest
 from cli_helpers import (
     CLI,
     all_stream_payloads,
+    cli_env,
     create_tables,
     error_lines,
     insert_rows,
@@ -47,12 +48,6 @@ class Stalling:
 def make(context):
     return Stalling()
 """
-
-
-def _env() -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
-    environ.pop("PYTHONPATH", None)
-    return environ
 
 
 def _lines(payloads: int) -> bytes:
@@ -147,7 +142,7 @@ def test_ctrl_c_mid_replay_drains_what_was_read_closes_and_records_it(tmp_path: 
     proc = subprocess.Popen(
         [*CLI, "replay", "jsonl", "--payloads", str(fifo), "--session-root", "r"],
         cwd=tmp_path,
-        env=_env(),
+        env=cli_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -215,7 +210,7 @@ def test_ctrl_c_while_waiting_for_the_exporter_stops_the_wait_and_records_it(
     proc = subprocess.Popen(
         [*CLI, "replay", "stuck:make", "--payloads", str(path), "--session-root", "r"],
         cwd=tmp_path,
-        env={**_env(), "PYTHONPATH": str(tmp_path)},
+        env={**cli_env(), "PYTHONPATH": str(tmp_path)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
