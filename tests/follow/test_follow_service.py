@@ -74,6 +74,8 @@ def test_an_outage_is_ridden_out_with_new_exporters_and_no_row_is_lost(
     assert set(counts) == set(range(500)), "a row was lost"
     resent = int(re.search(r"([\d,]+) records sent again", out)[1].replace(",", ""))  # type: ignore[index]
     assert sum(counts.values()) - 500 <= resent, "a row acknowledged was sent twice"
+    if fail_in == "open":
+        assert resent == 0, "an exporter that never opened sent nothing"
     assert "sink outages" in out
     assert "3 exporter failures" in out
     final = status(run.root)

@@ -235,8 +235,11 @@ class Follower:
         return report
 
     def _after_failure(self, source: SqliteSource, failure: ExportFailure) -> None:
-        """Forget what the failed exporter was given past its last acknowledgement."""
+        """Forget what the failed exporter was given past its last acknowledgement; it is
+        sent again, unless the exporter never opened (then it reached no sink)."""
         resent = self.ledger.forget(source, self._clock())
+        if failure.method in ("factory", "open"):
+            resent = 0
         self._unchanged = None  # reading went back: what the files look like says nothing
         self._stalled = False
         self.status.failed(f"{failure.method}: {failure.error}", resent)
