@@ -109,20 +109,58 @@ TORCH_CPU = "torch==2.13.0"
 
 @nox.session(python=MAIN_PYTHON, venv_backend="virtualenv")
 def traceml_real(session: nox.Session) -> None:
-    """``follow`` and the ``replay --sqlite`` reader against real ``traceml run`` jobs (0.5.0).
+    """``follow`` and the ``replay --sqlite`` reader against real ``traceml run`` jobs (0.5.0),
+    into the template's postgres, prometheus and mlflow sinks on real servers too.
 
-    pip, not uv: uv does not look in the local find-links that hold the CPU torch
-    wheel and would download CUDA's. torch goes first so traceml-ai's own
-    requirement is already met by it. A failed install or run fails the session.
+    torch through pip, not uv: uv does not look in the local find-links that hold the
+    CPU torch wheel and would download CUDA's. torch goes first so traceml-ai's own
+    requirement is already met by it; the rest goes through uv when nox has it
+    (``_fast_install``: seconds where pip takes minutes). The postgres, prometheus and
+    mlflow sinks are baked into the session's tmp folder, their ``src`` put on
+    ``PYTHONPATH`` and their folders named in ``TRACEML_REAL_SINKS`` (``realsinks.py``).
+    A failed install or run fails the session.
     Where no CPU wheel is at hand, PyPI's torch brings CUDA's libraries (gigabytes):
     TORCH_INDEX_URL (e.g. PyTorch's CPU index) is then passed to pip as --index-url.
     """
     index = os.environ.get("TORCH_INDEX_URL")
     session.install(TORCH_CPU, *(["--index-url", index] if index else []))
-    session.install(TRACEML_ORACLE)
-    session.install("-e", f"{SDK}[testing,msgpack]")
-    # One pytest process: the module runs its real runs a few at once itself.
-    session.run("pytest", "tests/traceml_real", "-p", "no:cacheprovider", *session.posargs)
+    # The SDK with follow's /metrics; the real peers' sinks are baked with cookiecutter and
+    # put on PYTHONPATH as their READMEs say; mlflow for the `mlflow server` the tests start
+    # (3.17.2: see _install_bench).
+    _fast_install(
+        session, TRACEML_ORACLE, "-e", f"{SDK}[testing,msgpack,follow]", "cookiecutter>=2.6",
+        "mlflow==3.17.2",
+    )  # fmt: skip
+    baked, needs = {}, []
+    for sink in REAL_PEER_SINKS:
+        output = Path(session.create_tmp()) / "sinks" / sink
+        project = _bake(session, output, f"sink={sink}", f"project_name={sink}")
+        baked[sink] = str(project)
+        needs += nox.project.load_toml(project / "pyproject.toml")["project"]["dependencies"]
+    _fast_install(session, *needs)
+    env = {
+        "TRACEML_REAL_SINKS": json.dumps(baked),
+        "PYTHONPATH": os.pathsep.join(str(Path(p) / "src") for p in baked.values()),
+    }
+    # One pytest process: each module runs its real runs a few at once itself.
+    session.run("pytest", "tests/traceml_real", "-p", "no:cacheprovider", *session.posargs, env=env)
+
+
+REAL_PEER_SINKS = ("postgres", "prometheus", "mlflow")
+"""The template's sinks ``tests/traceml_real`` runs ``follow`` into, against real servers."""
+
+
+def _fast_install(session: nox.Session, *requirements: str) -> None:
+    """pip's install, through uv when nox has it: mlflow's hundred-odd dependencies take
+    pip over a minute and uv seconds. Never for torch (uv does not see the CPU wheel)."""
+    from nox.virtualenv import find_uv
+
+    has_uv, uv, _ = find_uv()
+    if not has_uv or session.virtualenv.location is None:
+        session.install(*requirements)
+        return
+    python = str(Path(session.virtualenv.location) / "bin" / "python")
+    session.run(uv, "pip", "install", "--python", python, *requirements, external=True)
 
 
 @nox.session(python=MAIN_PYTHON)

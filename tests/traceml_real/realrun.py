@@ -21,7 +21,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,10 +41,13 @@ TABLES = tuple(TABLE_BY_STREAM[s] for s in STREAMS)
 RUN_TIMEOUT = 150.0
 """A run of a few hundred steps takes 15-30 s on two busy cores; this bounds a stuck one."""
 EXIT_OK, EXIT_INPUT, EXIT_EXPORT, EXIT_INCOMPLETE = 0, 3, 4, 6
+EXIT_LOCKED, EXIT_INTERRUPTED = 8, 130
 STARTING = threading.Lock()
 """One run starts at a time: 0.5.0's launcher gives its aggregator 15 s to listen (not
 configurable), which runs importing torch at once on two busy cores can miss."""
 READY = "Aggregator ready on"
+STARTED: list[Any] = []
+"""Every ``Run`` and ``Follow`` started, for ``reap`` (a scenario that failed midway)."""
 
 
 def traceml_binary() -> str:
@@ -102,6 +107,7 @@ class Run:
         """Launch the run; return once its aggregator listens (or the launcher ended)."""
         with STARTING:
             self._launch()
+            STARTED.append(self)
             wait_for(
                 lambda: READY in self.tail(200) or self.process.poll() is not None,  # type: ignore[union-attr]
                 60,
@@ -125,7 +131,11 @@ class Run:
                 stdin=subprocess.DEVNULL,
                 cwd=self.logs,
                 env=_env(
-                    TRAIN_STEPS=str(self.steps), TRAIN_STEP_SLEEP=str(self.step_sleep), **self.env
+                    TRAIN_STEPS=str(self.steps),
+                    TRAIN_STEP_SLEEP=str(self.step_sleep),
+                    TRAIN_STOP_FILE=str(self.stop_file),
+                    TRAIN_RESUME_FILE=str(self.resume_file),
+                    **self.env,
                 ),
                 start_new_session=True,
             )
@@ -141,6 +151,22 @@ class Run:
         self.elapsed = time.monotonic() - self.started
         return self.returncode
 
+    @property
+    def stop_file(self) -> Path:
+        """Training stops after the step it is in once this file exists (``train_tiny.py``)."""
+        return self.logs / f"{self.name}.stop"
+
+    @property
+    def resume_file(self) -> Path:
+        """A pause (``TRAIN_PAUSE_AT``) ends once this file exists (``train_tiny.py``)."""
+        return self.logs / f"{self.name}.resume"
+
+    def stop_training(self) -> None:
+        self.stop_file.touch()
+
+    def resume(self) -> None:
+        self.resume_file.touch()
+
     def tail(self, lines: int = 30) -> str:
         try:
             text = self.log.read_text(errors="replace")
@@ -155,12 +181,15 @@ class Run:
 
 @dataclass
 class Follow:
-    """One ``traceml-exporter follow`` process."""
+    """One ``traceml-exporter follow`` process: of the run ``root``, or of every run of the
+    logs folder ``root`` with ``logs_dir``."""
 
     root: Path
     spec: str = "jsonl"
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    streams: str = "all"
+    logs_dir: bool = False
     process: subprocess.Popen[str] | None = None
     returncode: int | None = None
     out: str = ""
@@ -168,17 +197,30 @@ class Follow:
 
     def start(self) -> Follow:
         command = [sys.executable, "-m", "traceml_exporter_sdk.cli", "follow", self.spec]
-        command += ["--session-root", str(self.root), "--streams", "all", "--hostname"]
-        command += ["--wait", "60", "--progress-interval", "0", *self.args]
+        command += ["--logs-dir" if self.logs_dir else "--session-root", str(self.root)]
+        command += ["--streams", self.streams, "--hostname"]
+        # --wait: a run may queue for STARTING behind several others (the modules' runs at once)
+        command += ["--wait", "240", "--progress-interval", "0", *self.args]
+        # the failing exporters' folder first; a baked sink's src (nox) stays on the path
+        path = os.pathsep.join(p for p in (str(FAILING.parent), os.environ.get("PYTHONPATH")) if p)
         self.process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
-            env=_env(PYTHONPATH=str(FAILING.parent), **self.env),
+            env=_env(PYTHONPATH=path, **self.env),
         )
+        STARTED.append(self)
         return self
+
+    def signal(self, signum: int, timeout: float = 60.0) -> float:
+        """Send ``signum`` and wait for the end; the seconds it took to end."""
+        assert self.process is not None
+        started = time.monotonic()
+        self.process.send_signal(signum)
+        self.finish(timeout)
+        return time.monotonic() - started
 
     def finish(self, timeout: float = 90.0) -> int:
         assert self.process is not None
@@ -201,6 +243,30 @@ class Follow:
 
     def report(self) -> str:
         return f"follow exit {self.returncode}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
+
+
+@dataclass
+class Outcome:
+    """What a scenario left for its tests: its runs, followers and anything else."""
+
+    runs: list[Run]
+    follows: list[Follow] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def training(run: Run) -> bool:
+    """``run`` still trains and its follower has had step rows acknowledged by the sink
+    (its bookmark has them); a run that ended already fails the caller."""
+    assert run.process is not None
+    assert run.process.poll() is None, f"{run.name} ended early"
+    return bool((bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"))
+
+
+def real_outcome(scenarios: dict[str, Future[Outcome]], name: str) -> Outcome:
+    """The outcome of scenario ``name`` of conftest's ``real_scenarios`` (its exception,
+    raised here, fails the test)."""
+    assert name in scenarios, f"scenario {name!r} was not started: list it in REAL_NEEDS"
+    return scenarios[name].result(timeout=900)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -252,12 +318,42 @@ def kill_tree(pid: int) -> list[int]:
     return pids
 
 
+def reap() -> list[str]:
+    """SIGKILL every run (its whole tree) and follower still running; names them. A
+    scenario that failed midway leaves its long runs (``stop_training`` never came)."""
+    left = []
+    for item in STARTED:
+        process = item.process
+        if process is not None and process.poll() is None:
+            left.append(f"{type(item).__name__} {item.root}")
+            kill_tree(process.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(30)
+    STARTED.clear()
+    return left
+
+
 def bookmark(root: Path) -> dict[str, Any] | None:
     try:
         data: dict[str, Any] = json.loads((root / "aggregator/follow/bookmark.json").read_text())
     except (OSError, ValueError):
         return None
     return data
+
+
+def status(root: Path) -> dict[str, Any]:
+    """The follower's ``status.json`` of the run ``root`` ({} while there is none)."""
+    try:
+        data: dict[str, Any] = json.loads((root / "aggregator/follow/status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data
+
+
+def scrape(port: int, path: str = "/metrics") -> str:
+    """What a follower's ``--metrics-port`` serves at ``path``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+        return str(answer.read().decode())
 
 
 def exported(root: Path) -> dict[str, list[dict[str, Any]]]:
