@@ -11,7 +11,6 @@ is *forgotten*: reading goes back there for the next exporter.
 from __future__ import annotations
 
 import collections
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,7 @@ import orjson
 
 from .._backfill import SqliteSource
 from .run import FollowError, RunFolder
-from .status import RunStatus
+from .status import RunStatus, write_json
 
 __all__ = ["BOOKMARK_VERSION", "Ledger"]
 
@@ -217,16 +216,9 @@ class Ledger:
             "skipped": skipped,
             "exported": exported,
         }
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as fh:
-                fh.write(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            self.bookmark_error = f"could not save the bookmark {path}: {exc.strerror or exc}"
+        error = write_json(path, data)
+        if error is not None:
+            self.bookmark_error = f"the bookmark was not saved: {error}"
 
     def forget(self, source: SqliteSource, now: float) -> int:
         """The exporter failed: set ``source`` back to the last acknowledged position, so

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import orjson
 
-__all__ = ["RunStatus", "State", "progress_line", "write_status"]
+__all__ = ["RunStatus", "State", "progress_line", "write_json", "write_status"]
 
 State = Literal["waiting", "following", "sink-down", "done"]
 MAX_OUTAGES_KEPT = 50
@@ -135,12 +135,18 @@ def progress_line(status: Mapping[str, Any]) -> str:
 
 
 def write_status(path: Path, status: Mapping[str, Any]) -> str | None:
-    """Write ``status.json`` atomically (fsync, then rename); the error text, or None."""
+    """Write ``status.json`` atomically; the error text, or None."""
+    return write_json(path, status)
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> str | None:
+    """Write ``data`` as indented JSON atomically (a temp file, fsync, rename), so a reader
+    or a crash sees the old file or the new one whole; the error text, or None."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:
-            fh.write(orjson.dumps(status, option=orjson.OPT_INDENT_2))
+            fh.write(orjson.dumps(data, option=orjson.OPT_INDENT_2))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
