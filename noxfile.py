@@ -68,20 +68,22 @@ CORE_TESTS = (
     "tests/test_smoke.py",
     "tests/test_tests_layout.py",
 )
-"""What every Python runs: the mapper, the worker and exporters, the follower and the
-layout."""
+"""What the oldest and the newest Python run: the mapper, the worker and exporters, the
+follower and the layout."""
+MIDDLE_TESTS = tuple(t for t in CORE_TESTS if t not in ("tests/follow", "tests/mapping"))
+"""What the Pythons between run: the worker, the exporters and the layout (the mapper's
+property tests and the follower's subprocess tests run on the oldest and the newest)."""
 TESTS_BY_PYTHON = {
     PYTHONS[0]: (*CORE_TESTS, "tests/conformance/test_reference_exporters.py"),
-    **{python: tuple(t for t in CORE_TESTS if t != "tests/follow") for python in PYTHONS[1:-1]},
+    **dict.fromkeys(PYTHONS[1:-1], MIDDLE_TESTS),
     PYTHONS[-1]: ("tests",),
 }
 """The newest Python runs every test; the oldest the core and the conformance suite
 run whole on the reference exporters (the pytest plugin end to end, the most
-version-bound code); the two between the core but the follower's subprocess tests
-(the oldest and the newest run those, and CI's budget is 25 minutes). The CLI, the peers and the conformance
-suite's own tests (subprocesses and servers, the slow half) run on the newest, which is
-also the template sessions' Python. Each Python is also held to mypy's view
-of it: the SDK's mypy targets the oldest. So CI's whole ``nox`` fits its budget on two
+version-bound code); the two between ``MIDDLE_TESTS`` (CI's budget is 25 minutes).
+The CLI, the peers and the conformance suite's own tests (subprocesses and servers,
+the slow half) run on the newest, which is also the template sessions' Python. Each
+Python is also held to mypy's view of it: the SDK's mypy targets the oldest. So CI's whole ``nox`` fits its budget on two
 cores; ``nox -s tests -- tests`` runs everything anywhere."""
 
 
