@@ -50,11 +50,15 @@ class Good:
 
     def write(self, records: Any) -> None:
         try:
-            for record in records:
-                self.files[record.STREAM].write(self.line(record))
+            self.put(records)
         except BaseException:
             self.release()
             raise
+
+    def put(self, records: Any) -> None:
+        """Write each record's line to its stream's file (what the broken variants change)."""
+        for record in records:
+            self.files[record.STREAM].write(self.line(record))
 
     def flush(self) -> None:
         try:
@@ -68,9 +72,16 @@ class Good:
         self.close_files()
 
     def close_files(self) -> None:
+        """Close every file, even when closing one raises; then raise the first error."""
         files, self.files = self.files, {}
+        error: BaseException | None = None
         for handle in files.values():
-            handle.close()
+            try:
+                handle.close()
+            except BaseException as exc:
+                error = error or exc
+        if error is not None:
+            raise error
 
     def release(self) -> None:
         """After a failure the worker calls nothing more, not even close: let go of the files."""
@@ -101,6 +112,10 @@ class ResourceInFactory(Good):
 
     def close(self, *, dropped_batches: int = 0) -> None:
         super().close()
+        self.log.close()
+
+    def release(self) -> None:
+        super().release()
         self.log.close()
 
 
@@ -293,7 +308,7 @@ def make_close_without_keyword(context: Any) -> CloseWithoutKeyword:
 class IsinstanceDispatch(Good):
     """Dispatches with isinstance on the SDK's classes and drops anything else."""
 
-    def write(self, records: Any) -> None:
+    def put(self, records: Any) -> None:
         for record in records:
             for cls in RECORD_TYPES:
                 if isinstance(record, cls):
@@ -307,7 +322,7 @@ def make_isinstance_dispatch(context: Any) -> IsinstanceDispatch:
 class OneStreamPerBatch(Good):
     """Assumes a batch holds one stream and files it all under the first record's."""
 
-    def write(self, records: Any) -> None:
+    def put(self, records: Any) -> None:
         if records:
             handle = self.files[records[0].STREAM]
             for record in records:
@@ -344,9 +359,13 @@ class NoFlushOnClose(Good):
         self.pending.extend((r.STREAM, self.line(r)) for r in records)
 
     def flush(self) -> None:
-        for stream, line in self.pending:
-            self.files[stream].write(line)
-        self.pending.clear()
+        try:
+            for stream, line in self.pending:
+                self.files[stream].write(line)
+            self.pending.clear()
+        except BaseException:
+            self.release()
+            raise
         super().flush()
 
 
@@ -431,7 +450,7 @@ class DuplicatesDropped(Good):
         super().open()
         self.seen: set[str] = set()
 
-    def write(self, records: Any) -> None:
+    def put(self, records: Any) -> None:
         for record in records:
             line = self.line(record)
             if line not in self.seen:
@@ -491,6 +510,10 @@ class LeaksOnOpenFailure(Good):
 
     def close(self, *, dropped_batches: int = 0) -> None:
         super().close()
+        self.log.close()
+
+    def release(self) -> None:
+        super().release()
         self.log.close()
 
 

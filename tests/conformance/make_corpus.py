@@ -8,7 +8,7 @@ four ranks (two per node), each message one rank's tick, a list of
 envelopes with one table each. It covers every sampler and so all seven
 streams, and the edge values the contract calls out: None next to a measured
 0, unicode, ``\\n`` and U+2028 inside stdout lines, 19-digit nanosecond
-integers, empty events, GPU lists (two GPUs, none, one partly unmeasured), a
+integers, empty events, a phase measured on two devices in one step, GPU lists (two GPUs, none, one partly unmeasured), a
 rank with no hostname and a rank older than integer timestamps. Every record
 it yields is distinct and every stream key is unique, so an exporter that
 drops duplicates is caught only by the check that sends duplicates on purpose.
@@ -98,6 +98,10 @@ def step_events(rank: int, step: int) -> dict[str, Any]:
         EVENTS[3]: {device: stats(0.75, 0.0 if step % 3 == 0 else (None if step == 4 else 1.5))},
         EVENTS[4]: {device: stats(base * 1.1, base * 3.25)},
     }
+    if rank in (0, 2) and step in (1, 5):
+        # one phase measured on two devices in one step (a model split over two GPUs):
+        # a sink that keys an event by name alone keeps one of them
+        events[EVENTS[2]]["cuda:1"] = stats(base * 0.2, base * 0.5, calls=3)
     if rank == 0 and step == 2:
         events[EVENTS[1]][device]["is_gpu"] = None  # the rank did not send is_gpu
         events[EVENTS[1]][device]["profiler_tag"] = "dropped"  # unknown keys are dropped

@@ -325,3 +325,20 @@ def test_strategies_drive_an_exporter_round_trip(tmp_path_factory: Any, batch: l
     for record in batch:
         expected[record.STREAM].append(record.to_dict())
     assert {s: rows for s, rows in read_jsonl(context).items() if rows} == dict(expected)
+
+
+def test_corpus_has_the_shapes_of_real_runs() -> None:
+    """An event on several devices in one step, several ranks of one host, several hosts:
+    a sink that flattens devices or keys by host alone meets them in every fidelity run."""
+    from traceml_exporter_sdk.testing import corpus_records
+
+    records = corpus_records()
+    steps = [r for r in records if r.STREAM == "step_time"]
+    assert any(len(devices) > 1 for r in steps for devices in r.events.values())
+    ranks_by_node: dict[object, set[object]] = {}
+    for record in records:
+        if getattr(record, "node_rank", None) is not None:
+            ranks_by_node.setdefault(record.node_rank, set()).add(record.global_rank)
+    assert len(ranks_by_node) >= 2
+    assert all(len(ranks) >= 2 for ranks in ranks_by_node.values())
+    assert len({getattr(r, "hostname", None) for r in records} - {None}) >= 2

@@ -9,8 +9,9 @@ records as records (a metrics store keeps series, MLflow keeps metric points) al
 defines ``SKIP_CHECKS`` (the suite's checks it cannot pass, with the reason; each skip
 says ``SKIP_CHECKS['<check>']``, the only skips the template's own tests accept) and
 ``expected_export`` (what ``read_export`` must find for given records; default: the
-records' ``to_dict()``), and either ``READS_ROWS = False`` (no read-back for the suite)
-or ``suite_read_back``; it may set ``MAX_EXAMPLES`` for the property test below
+records' ``to_dict()``, which the suite's delivery checks then compare ``read_export``
+with, exactly), or ``READS_ROWS = False`` (no read-back for the suite) or
+``suite_read_back``; it may set ``MAX_EXAMPLES`` for the property test below
 (default 20). The round trips below run on every sink through the same ``read_export``;
 ``test_exporter.py`` tests the sink's own.
 """
@@ -18,7 +19,7 @@ or ``suite_read_back``; it may set ``MAX_EXAMPLES`` for the property test below
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,7 +41,19 @@ class Test{{ cookiecutter.exporter_class }}(ExporterConformance):
         for name, why in getattr(sink_support, "SKIP_CHECKS", {}).items()
     }
 
-    if getattr(sink_support, "READS_ROWS", True):  # an aggregating sink keeps no rows
+    if hasattr(sink_support, "expected_export"):  # an aggregating sink keeps no rows
+
+        def read_back(self, context: ExporterContext) -> Mapping[str, list[dict[str, Any]]]:
+            return sink_support.read_export(context)
+
+        def expected_export(
+            self, records: Sequence[Any], *, include_hostname: bool = False
+        ) -> Mapping[str, list[dict[str, Any]]]:
+            """The suite's delivery checks (flush, close, restart, volume) compare
+            ``read_export`` with this, exactly; its record-level checks are in SKIP_CHECKS."""
+            return expected(records, include_hostname=include_hostname)
+
+    elif getattr(sink_support, "READS_ROWS", True):
 
         def read_back(self, context: ExporterContext) -> Mapping[str, list[dict[str, Any]]]:
             own: Callable[[ExporterContext], Mapping[str, list[dict[str, Any]]]]

@@ -32,6 +32,10 @@ class Fault:
     what: str
     hint: str
     cascade: str
+    evidence: str = ""
+    """Text the check's own failure message must hold for this fault to be named (the
+    check can fail for other reasons: a sink that keeps one row per key fails
+    ``interleaved_streams`` too, without misfiling anything)."""
 
 
 FAULTS = (
@@ -52,6 +56,7 @@ FAULTS = (
         "a batch that holds several streams is written as if it held one",
         "dispatch each record on its own STREAM: one batch may mix streams",
         "output",
+        "records landed under another stream",
     ),
 )
 """Known cascading mistakes, the first that applies wins."""
@@ -110,6 +115,7 @@ def root_cause(failures: Sequence[tuple[str, str]]) -> RootCause | None:
     """The cause behind several of ``failures`` (``(check id, message)`` pairs), if any."""
     if len(failures) < 2:
         return None
+    messages = dict(failures)
     errors = {test_id: _error(message) for test_id, message in failures}
     raised = {test_id: _EXPORTER_ERROR.search(message) is not None for test_id, message in failures}
     shared = Counter(_signature(error) for error in errors.values()).most_common(1)
@@ -119,6 +125,8 @@ def root_cause(failures: Sequence[tuple[str, str]]) -> RootCause | None:
         cause = failed.get(fault.check)
         if cause is None or _signature(errors[cause]) == common:
             continue  # not failed, or failed like the others (the factory does not import)
+        if fault.evidence and fault.evidence not in messages[cause]:
+            continue  # failed, but not in the way this fault would fail it
         others = [test_id for test_id, _ in failures if test_id != cause]
         if fault.cascade == "error":
             explained = [t for t in others if _signature(errors[t]) == common]

@@ -28,6 +28,7 @@ from typing import Any
 
 from ..context import ExporterContext
 from ..worker import ExportReport, ExportWorker
+from ._records import snapshots
 from ._resources import Snapshot
 
 __all__ = [
@@ -59,6 +60,9 @@ class Call:
     thread_name: str
     start: float
     records: Sequence[Any] | None = None
+    """The records as handed to ``write`` (the exporter may have changed them since)."""
+    snapshot: Sequence[Any] | None = None
+    """Copies of ``records`` taken before the exporter saw them: what expected values use."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     end: float | None = None
     error: str | None = None
@@ -75,8 +79,10 @@ class Call:
 class CallLog:
     """The calls of one run, in order (appends are atomic, so any thread may log)."""
 
-    def __init__(self, keep_records: bool = True) -> None:
+    def __init__(self, keep_records: bool = True, *, snapshot: bool = True) -> None:
         self.keep_records = keep_records
+        self.snapshot = snapshot
+        """Copy each batch before the exporter sees it (off where only counts matter)."""
         self.calls: list[Call] = []
         # The exporters made, kept alive for the whole check: a leak must not be
         # hidden by the garbage collector closing what the exporter left open.
@@ -98,6 +104,11 @@ class CallLog:
             thread.name,
             time.perf_counter(),
             records=records if self.keep_records else None,
+            snapshot=(
+                snapshots(records)
+                if self.snapshot and self.keep_records and records is not None
+                else None
+            ),
             kwargs=kwargs,
         )
         self.calls.append(call)
@@ -111,11 +122,21 @@ class CallLog:
         return [c for c in self.calls if c.method in METHODS]
 
     def written(self) -> list[Any]:
-        """Every record handed to a ``write`` that returned normally, in order."""
+        """Every record handed to a ``write`` that returned normally, in order, as it was
+        before the exporter saw it (its snapshot)."""
         out: list[Any] = []
         for call in self.calls:
-            if call.method == "write" and call.ok and call.records is not None:
-                out.extend(call.records)
+            kept = call.snapshot if call.snapshot is not None else call.records
+            if call.method == "write" and call.ok and kept is not None:
+                out.extend(kept)
+        return out
+
+    def handed(self) -> list[tuple[Any, Any]]:
+        """``(record as handed over, its snapshot)`` for every record given to ``write``."""
+        out: list[tuple[Any, Any]] = []
+        for call in self.calls:
+            if call.method == "write" and call.records is not None and call.snapshot is not None:
+                out.extend(zip(call.records, call.snapshot, strict=True))
         return out
 
     def describe(self, limit: int = 12) -> str:
@@ -260,6 +281,7 @@ def run_worker(
     log: CallLog | None = None,
     before: Snapshot | None = None,
     pace: bool = False,
+    after_flush: Callable[[int], None] | None = None,
 ) -> Run:
     """Drive the exporter through ``ExportWorker``: records batches, then payloads, then shutdown.
 
@@ -267,7 +289,9 @@ def run_worker(
     often the worker flushes (tiny: after every write; large: once, before
     ``close``). The worker may hand several queued batches to one ``write``;
     ``pace`` submits the next records batch only once a flush has followed
-    the previous one, so each batch gets its own write and flush.
+    the previous one, so each batch gets its own write and flush; then
+    ``after_flush(n)`` (if given) runs on the calling thread while the worker
+    waits for batch ``n + 1``, the exporter open and idle.
     """
     log = log if log is not None else CallLog(keep_records)
     batches = list(batches)
@@ -285,6 +309,8 @@ def run_worker(
         worker.submit_records(batch)
         if pace:
             _wait_for(partial(_paced, log, worker, index))
+            if after_flush is not None and worker.failure is None:
+                after_flush(index)
     for payload in payloads:
         worker.submit(payload)
     report = worker.shutdown(timeout)
@@ -313,12 +339,15 @@ def run_script(
     *,
     timeout: float = 30.0,
     keep_records: bool = True,
+    at_pause: Callable[[], None] | None = None,
 ) -> Run:
     """Call the factory here, then play ``steps`` on one dedicated thread.
 
     A step is ``("open", None)``, ``("write", records)``, ``("flush", None)``
     or ``("close", dropped_batches)``. The first method that raises ends the
-    script, and nothing more is called, as in TraceML's worker.
+    script, and nothing more is called, as in TraceML's worker. A ``("pause",
+    None)`` step holds the driver while ``at_pause()`` runs on the calling
+    thread (the main thread, where the suite breaks a sink).
     """
     log = CallLog(keep_records)
     before = Snapshot.take()
@@ -330,10 +359,15 @@ def run_script(
         log.calls[-1].error = "the factory returned None"
         return Run(log, before)
 
+    reached, resume = threading.Event(), threading.Event()
+
     def play() -> None:
         for method, arg in steps:
             try:
-                if method == "write":
+                if method == "pause":
+                    reached.set()
+                    resume.wait(timeout)
+                elif method == "write":
                     exporter.write(arg)
                 elif method == "close":
                     exporter.close(dropped_batches=arg or 0)
@@ -344,5 +378,14 @@ def run_script(
 
     thread = threading.Thread(target=play, name=DRIVER_THREAD, daemon=True)
     thread.start()
-    thread.join(timeout)
+    deadline = time.monotonic() + timeout
+    if any(method == "pause" for method, _ in steps):
+        while thread.is_alive() and not reached.wait(0.01) and time.monotonic() < deadline:
+            pass
+        try:
+            if reached.is_set() and at_pause is not None:
+                at_pause()
+        finally:
+            resume.set()
+    thread.join(max(0.0, deadline - time.monotonic()))
     return Run(log, before, thread=thread)

@@ -29,7 +29,7 @@ module holds only the base class that runs them as tests.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,8 +40,9 @@ from ..factory import ExporterSettingError, validate_exporter_setting
 from . import configuration as config
 from ._resources import open_fds
 from .checks import CHECKS, CHECKS_BY_NAME, check_names
-from .environment import NO_READ_BACK, Env, Hooks
+from .environment import MOVED_BY_BREAK_SINK, NO_READ_BACK, Env, Hooks
 from .errors import ConformanceConfigError, ReadBackNotImplementedError
+from .expected import expected_by_stream
 from .readback import read_jsonl
 from .registry import GROUPS, Check
 
@@ -69,8 +70,8 @@ class ExporterConformance:
         settle_time: seconds the sink must stay unchanged after close (default 0.3).
         failure_timeout: seconds a broken sink may be retried before it must raise (default 10).
 
-    Hooks to override: ``read_back(context)``, ``broken_context(context)``,
-    ``break_sink(context)``.
+    Hooks to override: ``read_back(context)``, ``expected_export(records, *,
+    include_hostname)``, ``broken_context(context)``, ``break_sink(context)``.
     """
 
     factory: ClassVar[Any] = None
@@ -99,6 +100,20 @@ class ExporterConformance:
         if config.is_builtin_jsonl(type(self)):
             return read_jsonl(context)
         raise ReadBackNotImplementedError(NO_READ_BACK)
+
+    def expected_export(
+        self, records: Sequence[Any], *, include_hostname: bool = False
+    ) -> Mapping[str, list[dict[str, Any]]]:
+        """Return what ``read_back`` must give once ``records`` were delivered.
+
+        Default: each record's ``to_dict()`` per STREAM (``expected_by_stream``),
+        and the checks that count deliveries compare per-stream counts. Override
+        it for a sink that keeps something other than records (series, metric
+        points), in ``read_back``'s shape: every read-back comparison is then
+        ``read_back(context) == expected_export(records)``, exactly (the
+        record-level data-fidelity checks still need ``skip_checks``).
+        """
+        return expected_by_stream(records, include_hostname=include_hostname)
 
     def broken_context(self, context: ExporterContext) -> ExporterContext:
         """Return a context this exporter's ``open`` must fail with.
@@ -136,7 +151,7 @@ class ExporterConformance:
                 os.close(full)
         export_dir = context.export_dir
         if export_dir.is_dir():
-            export_dir.rename(export_dir.with_name(export_dir.name + ".moved-by-break-sink"))
+            export_dir.rename(export_dir.with_name(export_dir.name + MOVED_BY_BREAK_SINK))
         export_dir.parent.mkdir(parents=True, exist_ok=True)
         export_dir.write_text("a regular file where the export folder was\n")
 
@@ -186,6 +201,9 @@ class ExporterConformance:
                 read_back=self.read_back if _has_read_back(cls) else None,
                 broken_context=self.broken_context,
                 break_sink=self.break_sink,
+                expected_export=self.expected_export
+                if _overrides(cls, "expected_export")
+                else None,
             ),
             tmp_path=tmp_path,
             record_property=record,
@@ -222,6 +240,10 @@ class ExporterConformance:
     def test_importability(self, check: str, conformance_env: Env) -> None:
         """Importability: the spec loads in a fresh interpreter, as the aggregator loads it."""
         _run("importability", check, conformance_env)
+
+
+def _overrides(cls: type, hook: str) -> bool:
+    return config.class_attr(cls, hook) is not ExporterConformance.__dict__[hook]
 
 
 def _has_read_back(cls: type) -> bool:

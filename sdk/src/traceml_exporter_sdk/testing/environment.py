@@ -7,6 +7,7 @@ check is a plain function of its environment.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,17 @@ from . import _compare as cmp
 from ._harness import METHODS, Run, run_script, run_worker
 from .errors import ReadBackNotImplementedError
 
-__all__ = ["HOSTILE_HINT", "MOVE_TO_OPEN", "NO_READ_BACK", "Env", "Factory", "Hooks", "Settings"]
+__all__ = [
+    "HOSTILE_HINT",
+    "MOVED_BY_BREAK_SINK",
+    "MOVE_TO_OPEN",
+    "NO_READ_BACK",
+    "Env",
+    "ExpectedExport",
+    "Factory",
+    "Hooks",
+    "Settings",
+]
 
 Factory = Callable[[ExporterContext], Any]
 
@@ -35,6 +46,9 @@ HOSTILE_HINT = (
     "HOSTILE_TEXT); store what the sink cannot hold as it is escaped, e.g. as its JSON "
     "\\uXXXX escape, rather than fail the run on a valid record"
 )
+
+MOVED_BY_BREAK_SINK = ".moved-by-break-sink"
+"""The suffix the default ``break_sink`` gives ``export_dir`` when it moves it aside."""
 
 NO_READ_BACK = (
     "read_back is not implemented for this exporter; implement read_back(self, context) "
@@ -52,13 +66,23 @@ class Settings:
     failure_timeout: float = 10.0
 
 
+ExpectedExport = Callable[..., Mapping[str, list[dict[str, Any]]]]
+"""``expected_export(records, *, include_hostname)``: what ``read_back`` must give for them."""
+
+
 @dataclass(frozen=True)
 class Hooks:
-    """The class's overridable hooks, bound; ``read_back`` is None when there is none."""
+    """The class's overridable hooks, bound; ``read_back`` is None when there is none.
+
+    ``expected_export`` is None unless the class overrides it (a sink that keeps
+    something other than records, e.g. series): then every read-back comparison is
+    ``read_back == expected_export(records)``, exactly, instead of per-record counts.
+    """
 
     read_back: Callable[[ExporterContext], Mapping[str, list[dict[str, Any]]]] | None
     broken_context: Callable[[ExporterContext], ExporterContext]
     break_sink: Callable[[ExporterContext], None]
+    expected_export: ExpectedExport | None = None
 
 
 class Env:
@@ -105,9 +129,14 @@ class Env:
         """A whole run through the SDK's ``ExportWorker``, recorded."""
         return run_worker(self.factory, context, batches, **kw)
 
-    def script(self, context: ExporterContext, steps: Sequence[tuple[str, Any]]) -> Run:
+    def script(
+        self,
+        context: ExporterContext,
+        steps: Sequence[tuple[str, Any]],
+        at_pause: Callable[[], None] | None = None,
+    ) -> Run:
         """A call sequence the worker never makes, on one dedicated thread, recorded."""
-        return run_script(self.factory, context, steps)
+        return run_script(self.factory, context, steps, at_pause=at_pause)
 
     @property
     def has_read_back(self) -> bool:
@@ -125,6 +154,39 @@ class Env:
             return cmp.validate_read_back(value)
         except TypeError as exc:
             pytest.fail(f"read_back returned the wrong shape: {exc}", pytrace=False)
+
+    def read_back_after_break(self, context: ExporterContext) -> cmp.ReadBack | None:
+        """``read_back`` of what the sink holds after ``break_sink``: where the default hook
+        moved ``export_dir`` aside, read there (what reached the files before the break)."""
+        moved = context.export_dir.with_name(context.export_dir.name + MOVED_BY_BREAK_SINK)
+        if moved.is_dir() and not context.export_dir.is_dir():
+            context = dataclasses.replace(context, export_dir=moved)
+        try:
+            return self.read_back(context)
+        except Exception:
+            return {}
+
+    @property
+    def aggregating(self) -> bool:
+        """True when the sink's read-back is compared with its own ``expected_export``."""
+        return self.hooks.expected_export is not None
+
+    def expected(self, records: Sequence[Any], context: ExporterContext) -> cmp.ReadBack:
+        """What ``read_back(context)`` must give once ``records`` (snapshots) were delivered."""
+        own = self.hooks.expected_export
+        if own is None:
+            return cmp.expected_by_stream(records, include_hostname=context.include_hostname)
+        return cmp.validate_read_back(own(records, include_hostname=context.include_hostname))
+
+    def delivery_problems(
+        self, records: Sequence[Any], context: ExporterContext, actual: cmp.ReadBack
+    ) -> list[str]:
+        """How ``actual`` falls short of ``records`` delivered: per-stream counts, or for a
+        sink with its own ``expected_export`` any difference from it."""
+        expected = self.expected(records, context)
+        if self.aggregating:
+            return cmp.multiset_problems(expected, actual)
+        return cmp.count_problems(expected, actual)
 
     def require_read_back(self, context: ExporterContext) -> cmp.ReadBack:
         """Like ``read_back``, but skips the check when there is none."""

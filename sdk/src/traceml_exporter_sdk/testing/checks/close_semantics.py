@@ -1,10 +1,11 @@
-"""Close semantics: close flushes, accepts ``dropped_batches``, and ends all writing."""
+"""Close semantics: a flush and a close deliver, close accepts ``dropped_batches``, and ends
+all writing."""
 
 from __future__ import annotations
 
 import time
 
-from .. import _compare as cmp
+from .._harness import CallLog
 from .._resources import describe_threads, tree
 from ..environment import Env
 from ..registry import CheckGroup
@@ -13,61 +14,116 @@ from ._common import corpus, merged
 GROUP = CheckGroup("close_semantics")
 
 
-@GROUP.check
-def check_unflushed_records_readable_after_close(env: Env) -> None:
-    """Rule: records written but never flushed are in the sink after close; close flushes.
+@GROUP.check(needs_read_back=True)
+def check_flush_is_acknowledgement(env: Env) -> None:
+    """Rule: once flush() returns, everything written before it is readable through
+    read_back, while the exporter is still open (for a sink with its own
+    ``expected_export``: read_back equals it for the records written so far).
 
-    Driven as open, write, write, close (no flush). With read_back every
-    record must read back (per-stream counts); without it the output must be
-    as large as after an explicit flush.
+    A returned flush is an acknowledgement: ``follow`` moves its bookmark past what a
+    flush acknowledged, so a flush that returns before the data is readable (written
+    only at close, left in a client's buffer) loses it when the process dies. Driven
+    by the worker, which flushes after every write; read_back runs after each flush.
 
     Contract: "It calls open once, then write and flush zero or more times, then close once."
     """
-    batches = corpus()
-    first, second = merged(batches, len(batches) // 2 + 1)[:2]
     context = env.context()
-    run = env.script(context, [("open", None), ("write", first), ("write", second), ("close", 0)])
-    env.assert_clean(run, "open -> write -> write -> close")
+    batches = merged(corpus(), 8)
+    problems: list[str] = []
+    log = CallLog()
+
+    def after_flush(index: int) -> None:
+        if problems:
+            return
+        try:
+            actual = env.read_back(context)
+        except Exception as exc:
+            problems.append(f"after flush {index}, read_back raised {type(exc).__name__}: {exc}")
+            return
+        if actual is None:
+            return
+        missing = env.delivery_problems(log.written(), context, actual)
+        if missing:
+            problems.append(f"after flush {index} of {len(batches)} returned:")
+            problems.extend(missing)
+
+    run = env.worker(
+        context, batches, flush_interval_s=1e-9, pace=True, after_flush=after_flush, log=log
+    )
+    env.assert_clean(run, "write/flush with a read-back after each flush")
+    assert not problems, (
+        "a flush returned before what was written was readable; flush must deliver (a "
+        "returned flush is an acknowledgement):\n" + "\n".join(problems)
+    )
+
+
+def _close_delivers(env: Env, dropped: int) -> None:
+    """open, write, flush, write, write, close(dropped): every record readable after close."""
+    batches = corpus()
+    first, second, third = merged(batches, len(batches) // 3 + 1)[:3]
+    label = f"open -> write -> flush -> write -> write -> close(dropped_batches={dropped})"
+    steps = [
+        ("open", None),
+        ("write", first),
+        ("flush", None),
+        ("write", second),
+        ("write", third),
+        ("close", dropped),
+    ]
+    context = env.context()
+    run = env.script(context, steps)
+    env.assert_clean(run, label)
+    if dropped:
+        close = [c for c in run.log.calls if c.method == "close"]
+        assert close, run.log.describe()
+        assert close[0].kwargs == {"dropped_batches": dropped}, run.log.describe()
     actual = env.read_back(context)
     if actual is not None:
-        expected = cmp.expected_by_stream(
-            run.log.written(), include_hostname=context.include_hostname
+        problems = env.delivery_problems(run.log.written(), context, actual)
+        assert not problems, (
+            f"after {label}, records written since the last flush are not all readable; "
+            "close must deliver everything written, flushed or not, whatever "
+            "dropped_batches says:\n" + "\n".join(problems)
         )
-        problems = cmp.count_problems(expected, actual)
-        assert not problems, "records never flushed before close:\n" + "\n".join(problems)
         return
     flushed = env.context(name="flushed")
-    steps = [("open", None), ("write", first), ("write", second), ("flush", None), ("close", 0)]
-    env.assert_clean(env.script(flushed, steps), "the same run with a flush")
+    with_flush = [*steps[:-1], ("flush", None), steps[-1]]
+    env.assert_clean(env.script(flushed, with_flush), "the same run with a flush before close")
     unflushed_size = sum(tree(context.session_root).values())
     flushed_size = sum(tree(flushed.session_root).values())
     assert unflushed_size == flushed_size, (
-        f"close without a flush left {unflushed_size} bytes, with a flush {flushed_size}: "
-        "close must flush what was written"
+        f"after {label} the sink holds {unflushed_size} bytes, with a flush before close "
+        f"{flushed_size}: close must deliver what was written since the last flush"
     )
 
 
 @GROUP.check
+def check_unflushed_records_readable_after_close(env: Env) -> None:
+    """Rule: records written since the last flush are in the sink after close; close
+    delivers everything written, flushed or not.
+
+    Driven as open, write, flush, write, write, close (no flush since the first
+    write). With read_back every record must read back (per-stream counts, or the
+    sink's ``expected_export``); without it the output must be as large as with a
+    flush before close.
+
+    Contract: "It calls open once, then write and flush zero or more times, then close once."
+    """
+    _close_delivers(env, 0)
+
+
+@GROUP.check
 def check_close_accepts_dropped_batches(env: Env) -> None:
-    """Rule: close(dropped_batches=3) is accepted; a loss count is information, not an error.
+    """Rule: close(dropped_batches=3) is accepted (a loss count is information, not an
+    error) and still delivers everything written, including the writes since the last
+    flush: a worker that dropped batches is ending a run, not aborting it.
+
+    Driven as open, write, flush, write, write, close(dropped_batches=3).
 
     Contract: "dropped_batches is the number of payload batches the worker never handed to
     write."
     """
-    context = env.context()
-    batch = corpus()[0]
-    run = env.script(context, [("open", None), ("write", batch), ("flush", None), ("close", 3)])
-    env.assert_clean(run, "close(dropped_batches=3)")
-    close = [c for c in run.log.calls if c.method == "close"]
-    assert close, run.log.describe()
-    assert close[0].kwargs == {"dropped_batches": 3}
-    actual = env.read_back(context)
-    if actual is not None:
-        expected = cmp.expected_by_stream(
-            run.log.written(), include_hostname=context.include_hostname
-        )
-        problems = cmp.count_problems(expected, actual)
-        assert not problems, "after close(dropped_batches=3):\n" + "\n".join(problems)
+    _close_delivers(env, 3)
 
 
 @GROUP.check

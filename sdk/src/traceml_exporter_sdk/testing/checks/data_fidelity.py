@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from .. import _compare as cmp
-from .._harness import Run
-from ..corpus import hostile_batches
+from .._harness import CallLog, Run
+from ..corpus import corpus_batches, hostile_batches
 from ..environment import NO_READ_BACK, Env
 from ..registry import CheckGroup
-from ._common import corpus
+from ._common import corpus, merged
 
 GROUP = CheckGroup("data_fidelity")
 
@@ -143,8 +143,66 @@ def check_hostile_text(env: Env) -> None:
     actual = env.read_back(context)
     if actual is None:
         return
-    expected = cmp.expected_by_stream(run.log.written(), include_hostname=context.include_hostname)
+    expected = env.expected(run.log.written(), context)
     problems = cmp.meta_problems(actual) + cmp.multiset_problems(expected, actual)
     assert not problems, "hostile text did not read back as written:\n" + "\n".join(
         p.encode("utf-8", "backslashreplace").decode("utf-8") for p in problems
+    )
+
+
+VOLUME = 20_000
+"""Records in the one flush interval of ``large_flush_interval``."""
+
+
+@GROUP.check(needs_read_back=True)
+def check_large_flush_interval(env: Env) -> None:
+    """Rule: one flush interval holding 20,000 records of every stream (the sample corpus
+    repeated, each repeat distinct) reads back exactly: per-stream counts (or the sink's
+    ``expected_export``). A busy run writes that many between two flushes; an internal
+    buffer bounded below it must block or flush early, never drop.
+
+    Driven by the worker with a flush interval longer than the run, so the only flush
+    is the one before close.
+
+    Contract: "A custom exporter receives the same records as the built-in jsonl exporter,
+    those of the selected streams."
+    """
+    per_repeat = sum(map(len, corpus()))
+    batches = corpus_batches(repeat=-(-VOLUME // per_repeat))
+    context = env.context()
+    # Counts need no snapshot (a sink's own expected_export needs the values).
+    log = CallLog(snapshot=env.aggregating)
+    run = env.worker(context, merged(batches, 8), timeout=120, log=log)
+    env.assert_clean(run, f"{sum(map(len, batches)):,} records in one flush interval")
+    flushes = [c for c in run.log.calls if c.method == "flush"]
+    assert len(flushes) == 1, run.log.describe()
+    actual = env.require_read_back(context)
+    problems = env.delivery_problems(run.log.written(), context, actual)
+    assert not problems, (
+        f"{len(run.log.written()):,} records written between two flushes did not all read "
+        "back:\n" + "\n".join(problems)
+    )
+
+
+@GROUP.check
+def check_records_left_unchanged(env: Env) -> None:
+    """Rule: records are read-only to the exporter: after a run every record it was handed
+    still gives the to_dict() it gave before (no stats deleted from an events map, no
+    field replaced). TraceML may hand the same objects to others; the suite computes its
+    expected values from a snapshot taken before the exporter saw each record.
+
+    Contract: "A custom exporter receives the same records as the built-in jsonl exporter,
+    those of the selected streams."
+    """
+    context = env.context()
+    run = env.worker(context, corpus())
+    env.assert_clean(run)
+    changed = []
+    for record, before in run.log.handed():
+        was, now = before.to_dict(), record.to_dict()
+        if was != now:
+            changed.append(f"{record.STREAM}: {cmp.field_diff(was, now)}")
+    assert not changed, (
+        f"the exporter changed {len(changed)} of the records it was handed (copy what you "
+        "change, e.g. data = record.to_dict() and edit data):\n" + "\n".join(changed[:5])
     )

@@ -12,7 +12,7 @@ from .._harness import WORKER_THREAD, CallLog, recording_factory
 from .._resources import Snapshot, describe_fd, describe_threads, open_fds
 from ..environment import Env, failure_hint
 from ..registry import CheckGroup
-from ._common import corpus
+from ._common import corpus, merged
 
 GROUP = CheckGroup("failure_behaviour")
 
@@ -105,10 +105,13 @@ def _fds_on(target: str) -> set[int]:
 
 
 def _neutralise(fds: set[int]) -> None:
-    """Point fds that break_sink aimed at /dev/full to /dev/null, so late finalizers pass."""
+    """Point fds that break_sink aimed at /dev/full to a fresh in-memory file, so late
+    finalizers pass; a new file each time (not /dev/null), so a leaked fd of this run is
+    never mistaken for an fd a snapshot saw before (fds are told apart by inode)."""
     if not fds:
         return
-    null = os.open(os.devnull, os.O_RDWR)
+    memfd = getattr(os, "memfd_create", None)
+    null = memfd("traceml-conformance-broken-sink") if memfd else os.open(os.devnull, os.O_RDWR)
     try:
         for fd in fds:
             try:
@@ -167,4 +170,84 @@ def check_no_non_daemon_thread_after_failure(env: Env) -> None:
         f"{env.grace:g} s after {run.report.failure.method} failed, non-daemon thread(s) are "
         f"still alive: {describe_threads(threads)}. close is not called after a failure: make "
         "background threads daemon threads, or stop them when a method fails."
+    )
+
+
+@GROUP.check
+def check_close_failure_raised(env: Env) -> None:
+    """Rule: a failure at close is not swallowed: with the sink broken between the last
+    flush and close (records written since), close raises, or everything written is
+    readable (where the default ``break_sink`` moved export_dir aside, read there).
+
+    Driven as open, write, flush, write, then ``break_sink``, then close. A close that
+    logs the error and returns normally tells the worker the run was delivered, so the
+    loss never reaches finalization_warning.json. Needs read_back to tell a close that
+    had nothing left to deliver from one that hid a loss; skipped without it when close
+    returns normally.
+
+    Contract: "The worker then logs the failure, stops using the exporter, and records the
+    loss in finalization_warning.json."
+    """
+    context = env.context()
+    batches = corpus()
+    first, second = merged(batches, len(batches) // 2 + 1)[:2]
+    steps = [
+        ("open", None),
+        ("write", first),
+        ("flush", None),
+        ("write", second),
+        ("pause", None),
+        ("close", 0),
+    ]
+    full_before = _fds_on("/dev/full")
+    run = env.script(context, steps, at_pause=lambda: env.hooks.break_sink(context))
+    _neutralise(_fds_on("/dev/full") - full_before)
+    assert not run.timed_out, (
+        f"after break_sink, close did not return within 30 s: {run.log.describe()}"
+    )
+    healthy = run.log.exporter_calls()[:4]  # open, write, flush, write
+    if any(not call.ok for call in healthy):
+        env.assert_clean(run, "the run before the sink was broken")
+    close = [c for c in run.log.calls if c.method == "close"]
+    assert close, run.log.describe()
+    if close[0].error is not None:
+        return
+    if not env.has_read_back:
+        pytest.skip(
+            "close returned normally after break_sink; without read_back the suite cannot "
+            "tell whether everything written had been delivered"
+        )
+    actual = env.read_back_after_break(context) or {}
+    problems = env.delivery_problems(run.log.written(), context, actual)
+    assert not problems, (
+        "the sink broke between the last flush and close, and close returned normally "
+        "although not everything written is readable: close swallowed the failure (raise "
+        "it, so the worker records the loss):\n" + "\n".join(problems)
+    )
+
+
+@GROUP.check
+def check_failure_releases_resources(env: Env) -> None:
+    """Rule: a method that raises releases its resources first: within ``grace_period``
+    after a write or flush failed (``break_sink``), no file descriptor, socket,
+    connection or thread the exporter opened is left.
+
+    Contract: "A method may raise. The worker then logs the failure, stops using the
+    exporter, and records the loss in finalization_warning.json."
+    """
+    run = _SinkFailure(env)
+    run.require_healthy_start()
+    if run.report.failure is None:
+        pytest.skip("the exporter did not raise after break_sink (see sink_failure_raised)")
+    threads, fds = run.before.wait_released([run.worker.thread], grace=env.grace)
+    problems = []
+    if threads:
+        problems.append(f"thread(s) still alive: {describe_threads(threads)}")
+    if fds:
+        problems.append(f"file descriptor(s) still open: {', '.join(map(describe_fd, fds))}")
+    assert not problems, (
+        f"{env.grace:g} s after {run.report.failure.method} raised: "
+        + "; ".join(problems)
+        + ". The worker calls nothing more after a failure, not even close: a failing "
+        "method closes its files, connections and threads before it raises."
     )

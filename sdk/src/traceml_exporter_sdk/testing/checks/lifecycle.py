@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
+from collections.abc import Sequence
+from typing import Any
 
-from .. import _compare as cmp
-from .._resources import tree_digest
+from ...context import ExporterContext
+from .._records import PoisonedRecord
+from .._resources import tree, tree_digest
 from ..environment import Env
 from ..registry import CheckGroup
-from ._common import corpus
+from ._common import corpus, merged
 
 GROUP = CheckGroup("lifecycle")
 
@@ -116,23 +118,68 @@ def check_writes_interleaved_with_flushes(env: Env) -> None:
     )
     actual = env.read_back(context)
     if actual is not None:
-        expected = cmp.expected_by_stream(
-            run.log.written(), include_hostname=context.include_hostname
-        )
-        problems = cmp.count_problems(expected, actual)
+        problems = env.delivery_problems(run.log.written(), context, actual)
         assert not problems, "after interleaved writes and flushes:\n" + "\n".join(problems)
+
+
+def _restart(env: Env, context: ExporterContext, first: Sequence[Any], what: str) -> None:
+    """A second instance on ``context``, after a first that delivered ``first``: it either
+    works, and then the first's records and its own are readable, or refuses in open, and
+    then the first's output is left as it was."""
+    root = context.session_root
+    sizes = tree(root)
+    second = env.worker(context, corpus()[-4:])
+    if second.failed_method == "open":
+        assert second.report is not None
+        assert second.report.failure is not None
+        error = second.report.failure.error
+        assert error.partition(": ")[2].strip(), (
+            f"the second instance refused in open with no message ({error!r}); say why"
+        )
+        later = tree(root)
+        shrunk = sorted(p for p, size in sizes.items() if later.get(p, -1) < size)
+        assert not shrunk, (
+            f"a second instance {what} refused in open ({error}) but its open removed or "
+            f"truncated the first's files: {', '.join(shrunk[:5])}"
+        )
+        actual = env.read_back(context)
+        if actual is not None:
+            problems = env.delivery_problems(first, context, actual)
+            assert not problems, (
+                f"after a second instance {what} refused in open, the first's records:\n"
+                + "\n".join(problems)
+            )
+        return
+    env.assert_clean(second, f"a second instance {what}, on the same context")
+    actual = env.read_back(context)
+    if actual is not None:
+        problems = env.delivery_problems([*first, *second.log.written()], context, actual)
+        assert not problems, (
+            f"a second instance {what} on the same context lost what the first wrote (a "
+            "restart, as `follow` does, must keep it: open what exists for appending, or "
+            "refuse in open with a clear error):\n" + "\n".join(problems)
+        )
+        return
+    later = tree(root)
+    shrunk = sorted(p for p, size in sizes.items() if later.get(p, -1) < size)
+    assert not shrunk, (
+        f"a second instance {what} on the same context removed or truncated the first's "
+        f"files: {', '.join(shrunk[:5])}; a restart must keep what the first wrote"
+    )
 
 
 @GROUP.check
 def check_two_instances_in_sequence(env: Env) -> None:
-    """Rule: two exporters from one factory, one after the other on the same paths, both work.
+    """Rule: a restart keeps what was written: a second exporter from the factory, on the
+    same context after the first closed, leaves everything the first wrote readable (with
+    its own records after it), or refuses in open with a clear error and changes nothing.
+    Then a third instance on the same paths, the folder moved aside first, works: nothing
+    carries over between instances (module-level state, process-wide locks).
 
-    After the first run its output is moved aside (the session folder is
-    renamed, so an exporter that refuses to overwrite, like the contract's
-    OneFileExporter with mode "x", still passes); the second instance must
-    work and must leave the first one's output intact. Nothing may carry over
-    between instances (module-level state, process-wide locks). With read_back,
-    each instance's output holds as many records per stream as it was given.
+    ``follow`` restarts an exporter on the same session folder after a crash; an
+    exporter that opens its files with mode "w" there loses the first run. With
+    read_back the records are compared (per-stream counts, or ``expected_export``);
+    without it, no file of the first run may shrink or vanish.
 
     Contract: "The aggregator process imports the module, reads the attribute and calls
     it as factory(context)."
@@ -144,23 +191,59 @@ def check_two_instances_in_sequence(env: Env) -> None:
     first = env.worker(context, batches[:half])
     env.assert_clean(first, "first instance")
     first.before.wait_released([first.thread], grace=env.grace)  # stragglers, checked elsewhere
-    moved = root.with_name(root.name + "-first-run")
+    _restart(env, context, first.log.written(), "after the first closed")
+    moved = root.with_name(root.name + "-earlier-runs")
     root.rename(moved)
     root.mkdir()
     digest = tree_digest(moved)
-    second = env.worker(context, batches[half:])
-    env.assert_clean(second, "second instance on the same paths (first output moved aside)")
+    third = env.worker(context, batches[half:])
+    env.assert_clean(third, "a third instance on the same paths (earlier output moved aside)")
     assert tree_digest(moved) == digest, (
-        "the second instance changed the first instance's output (moved aside to "
+        "the third instance changed the earlier instances' output (moved aside to "
         f"{moved.name}): files before {sorted(digest)}, after {sorted(tree_digest(moved))}"
     )
-    first_context = dataclasses.replace(
-        context, session_root=moved, export_dir=moved / context.export_dir.relative_to(root)
+    actual = env.read_back(context)
+    if actual is not None:
+        problems = env.delivery_problems(third.log.written(), context, actual)
+        assert not problems, "the third instance's output:\n" + "\n".join(problems)
+
+
+@GROUP.check
+def check_restart_after_failure(env: Env) -> None:
+    """Rule: a restart after a failure keeps what was delivered: after a first exporter
+    raised (the suite hands it a record whose to_dict() and fields raise), a second one on
+    the same context leaves every record the first flushed readable (with its own after
+    it), or refuses in open with a clear error and changes nothing.
+
+    Driven as open, write, flush, write, flush, write([poisoned record]) on the
+    first instance (nothing more is called once a method raised, as in the worker),
+    then a whole worker run of the second.
+
+    Contract: "A method may raise. The worker then logs the failure, stops using the
+    exporter, and records the loss in finalization_warning.json."
+    """
+    context = env.context()
+    first, second = merged(corpus(), 12)[:2]
+    steps = [
+        ("open", None),
+        ("write", first),
+        ("flush", None),
+        ("write", second),
+        ("flush", None),
+        ("write", [PoisonedRecord()]),
+        ("flush", None),
+        ("close", 0),
+    ]
+    run = env.script(context, steps)
+    assert not run.timed_out, f"the first instance hung: {run.log.describe()}"
+    healthy = run.log.exporter_calls()[:5]  # open, write, flush, write, flush
+    if any(not call.ok for call in healthy):
+        env.assert_clean(run, "the first instance, before the poisoned record")
+    assert run.failure is not None, (
+        "a record whose to_dict() and every field raise was written, flushed and closed "
+        "without an error: the exporter swallowed a failure (let it propagate, so the "
+        f"worker records the loss): {run.log.describe()}"
     )
-    for label, ctx, run in (("first", first_context, first), ("second", context, second)):
-        actual = env.read_back(ctx)
-        if actual is None:
-            continue
-        expected = cmp.expected_by_stream(run.log.written(), include_hostname=ctx.include_hostname)
-        problems = cmp.count_problems(expected, actual)
-        assert not problems, f"the {label} instance's output:\n" + "\n".join(problems)
+    run.before.wait_released([run.thread], grace=env.grace)  # leaks are checked elsewhere
+    delivered = [r for r in run.log.written() if not isinstance(r, PoisonedRecord)]
+    _restart(env, context, delivered, "after the first failed")

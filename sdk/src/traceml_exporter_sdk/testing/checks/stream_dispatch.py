@@ -12,6 +12,19 @@ from ._common import corpus, merged
 
 GROUP = CheckGroup("stream_dispatch")
 
+MISFILED = (
+    "records landed under another stream (one stream read back more than was written to "
+    "it, another fewer): a batch was written as if it held one stream"
+)
+"""The evidence ``_causes`` needs before it blames a one-stream-per-batch mistake."""
+
+
+def _misfiled(expected: cmp.ReadBack, actual: cmp.ReadBack) -> bool:
+    """True when some stream gained records while another lost some."""
+    streams = set(expected) | set(actual)
+    diff = {s: len(actual.get(s, [])) - len(expected.get(s, [])) for s in streams}
+    return any(d > 0 for d in diff.values()) and any(d < 0 for d in diff.values())
+
 
 @GROUP.check
 def check_interleaved_streams(env: Env) -> None:
@@ -34,10 +47,11 @@ def check_interleaved_streams(env: Env) -> None:
     assert mixed, "no write batch held several streams (the suite's corpus should ensure it)"
     actual = env.read_back(context)
     if actual is not None:
-        expected = cmp.expected_by_stream(
-            run.log.written(), include_hostname=context.include_hostname
-        )
-        problems = cmp.count_problems(expected, actual)
+        problems = env.delivery_problems(run.log.written(), context, actual)
+        if not problems:
+            return
+        if not env.aggregating and _misfiled(env.expected(run.log.written(), context), actual):
+            problems.insert(0, MISFILED)
         assert not problems, "records of interleaved batches, per stream:\n" + "\n".join(problems)
 
 
@@ -67,10 +81,20 @@ def check_foreign_record_classes(env: Env) -> None:
     got_ours, got_theirs = env.read_back(ours), env.read_back(theirs)
     if got_ours is not None and got_theirs is not None:
         problems = cmp.multiset_problems(got_ours, got_theirs, drop=())
+        if not problems:
+            return
+        lost = cmp.count_problems(got_ours, got_theirs)
+        why = (
+            "records of the look-alike classes were lost or misfiled; dispatch on "
+            "record.STREAM, not isinstance"
+            if lost
+            else "the same records read back with other values in the two runs, record for "
+            "record: the output must be a function of the records (a value taken from the "
+            "clock or a counter, such as a re-stamped observed_timestamp_unix_ns, differs)"
+        )
         assert not problems, (
             "look-alike record classes were not handled like the SDK's (left: SDK classes, "
-            "right: look-alikes); dispatch on record.STREAM, not isinstance:\n"
-            + "\n".join(problems)
+            f"right: look-alikes); {why}:\n" + "\n".join(problems)
         )
     else:
         size_ours = sum(tree(ours.session_root).values())
@@ -96,10 +120,7 @@ def _setting_check(setting: str) -> CheckFunction:
                 s: len(rows) for s, rows in actual.items() if rows and s not in context.streams
             }
             assert not stray, f"records of unselected streams were read back: {stray}"
-            expected = cmp.expected_by_stream(
-                run.log.written(), include_hostname=context.include_hostname
-            )
-            problems = cmp.count_problems(expected, actual)
+            problems = env.delivery_problems(run.log.written(), context, actual)
             assert not problems, f"export_streams={setting!r}:\n" + "\n".join(problems)
 
     check.__name__ = f"check_setting_{setting}"
