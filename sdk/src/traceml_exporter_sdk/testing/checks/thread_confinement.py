@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 from itertools import pairwise
 from typing import Any
 
 import pytest
 
-from .._harness import METHODS
+from .._harness import METHODS, WORKER_THREAD
+from .._off_worker import OffWorkerCalls, code_roots
 from .._resources import (
     Snapshot,
     audit_events,
@@ -139,3 +141,40 @@ def check_no_exception_in_exporter_threads(env: Env) -> None:
         + "; ".join(caught)
     )
     env.assert_clean(run)
+
+
+WATCH_S = 2.5
+"""How long the exporter stays open under watch: past two ticks of a 1 s timer."""
+
+
+@GROUP.check
+def check_only_worker_thread_runs_exporter(env: Env) -> None:
+    """Rule: only the worker touches the sink: while the exporter is open (2.5 s, writes
+    and flushes spread over it), no code of the exporter's package runs on any thread but
+    the worker's, such as a periodic auto-flush timer, a pool or a client's callback.
+
+    The worker serializes the four calls; a thread of the exporter's own writes, flushes
+    or sends beside them, so records are lost or interleaved, and a flush no longer
+    acknowledges what it says. Seen with a profile hook and a stack sampler (``_off_worker``).
+
+    Contract: "The export worker calls all four from its own background thread, and the
+    calls never overlap."
+    """
+    context = env.context()
+    probe = env.factory(context)
+    roots = code_roots(type(probe).__module__, getattr(env.factory, "__module__", None) or "")
+    del probe
+    batches = corpus()[:5]
+    pause = WATCH_S / len(batches)
+    watch = OffWorkerCalls(roots, allowed={WORKER_THREAD, threading.main_thread().name})
+    with watch.watching():
+        run = env.worker(
+            context, batches, flush_interval_s=1e-9, pace=True, after_flush=lambda _: time.sleep(pause)
+        )
+    env.assert_clean(run, "a run kept open 2.5 s")
+    assert not watch.found, (
+        "the exporter's code ran on thread(s) other than the worker's while it was open: "
+        + "; ".join(f"{thread!r}: {place}" for thread, place in sorted(watch.found.items()))
+        + ". Only the worker may touch the sink: no timer, pool or callback of the "
+        "exporter's own may write, flush or send; do that work in write() and flush()."
+    )
