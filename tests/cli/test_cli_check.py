@@ -163,10 +163,11 @@ def test_skips_have_reasons_and_read_back_turns_fidelity_on(
     assert without.returncode == 0, without.stdout + without.stderr
     skipped_lines = [line for line in without.stdout.splitlines() if line.startswith("  skipped ")]
     assert any(
-        line.startswith("  skipped  test_data_fidelity[")
+        line.startswith("  skipped  ")
+        and "test_data_fidelity[" in line
         and "--read-back MODULE:FUNCTION" in line
         and "traceml_exporter_sdk.testing:read_jsonl" in line
-        and "sink_support:read_export" in line
+        and "--project" in line
         for line in skipped_lines
     ), without.stdout
     _, _, skipped_without = _counts(without.stdout)
@@ -236,3 +237,89 @@ def test_without_pytest_exit_5(tmp_path: Path) -> None:
         r"pip install '(traceml-exporter-sdk|/\S+)\[new,testing\]'",
         line,
     ), line
+
+
+HOSTILE_CONFTEST = """
+import pytest
+
+@pytest.fixture(autouse=True)
+def everything_fails_here():
+    raise RuntimeError("a conftest.py of the folder check was started from")
+"""
+
+PROJECT_SUITE = """
+import json
+
+from traceml_exporter_sdk.testing import ExporterConformance
+
+
+class TestJsonl(ExporterConformance):
+    factory = "jsonl"
+
+    def break_sink(self, context):
+        # the project's own way to break its sink, which the default would not find
+        (context.export_dir / "BROKEN").write_text("")
+        super().break_sink(context)
+
+
+def test_not_a_check():
+    raise AssertionError("check runs the conformance class's checks only")
+"""
+
+
+def _project(root: Path) -> Path:
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / "test_conformance.py").write_text(PROJECT_SUITE)
+    (root / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = ["-ra"]\n')
+    return root
+
+
+def test_the_folder_check_starts_from_changes_nothing(tmp_path: Path, exporters: Path) -> None:
+    """SPEC runs in a folder of its own: a conftest.py where check starts is not collected;
+    a module there still imports, as `python -m` finds it."""
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    (hostile / "conftest.py").write_text(HOSTILE_CONFTEST)
+    (hostile / "eager_here.py").write_text(FACTORY_OPENS_A_FILE)
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    there = run_cli("check", "eager_here:make", cwd=hostile)
+    elsewhere = run_cli("check", "eager_here:make", cwd=clean, pythonpath=[hostile])
+    assert there.returncode == elsewhere.returncode == 1, there.stdout + there.stderr
+    assert "conftest.py of the folder" not in there.stdout
+    assert _counts(there.stdout) == _counts(elsewhere.stdout)
+    assert _counts(there.stdout)[1] >= 1  # the factory that opens a file still fails
+
+
+def test_a_project_is_checked_with_its_own_class_from_any_folder(tmp_path: Path) -> None:
+    """No SPEC inside a project (found upwards from the folder) and --project from
+    anywhere run the project's conformance class, its hooks, its checks only."""
+    project = _project(tmp_path / "my-exporter")
+    inside = run_cli("check", cwd=project / "tests")
+    outside = run_cli("check", "--project", str(project), cwd=tmp_path)
+    for result in (inside, outside):
+        assert result.returncode == 0, result.stdout + result.stderr
+        passed, failed, skipped = _counts(result.stdout)
+        assert failed == 0
+        assert skipped == 0, result.stdout  # the class has read_back: nothing skipped
+        assert passed >= 40
+        assert "not_a_check" not in result.stdout
+    assert _counts(inside.stdout) == _counts(outside.stdout)
+    assert str(project / "tests" / "test_conformance.py") in inside.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        ((), 2, "no SPEC, and no tests/test_conformance.py in"),
+        (("--project", "nowhere"), 3, "--project nowhere: no tests/test_conformance.py there"),
+        (("jsonl", "--project", "."), 2, "give SPEC or --project, not both"),
+    ],
+)
+def test_bad_project_requests_are_one_line(
+    tmp_path: Path, args: tuple[str, ...], code: int, message: str
+) -> None:
+    result = run_cli("check", *args, cwd=tmp_path)
+    assert result.returncode == code, result.stdout + result.stderr
+    (line,) = error_lines(result)
+    assert message in line

@@ -155,7 +155,7 @@ def test_new_from_the_wheel_in_a_fresh_venv(fresh_venv: Path, wheel: Path, tmp_p
         "next steps:\n"
         f"  cd {project}\n"
         f"  pip install -e . '{wheel}[testing]'   # the package and the SDK's conformance suite\n"
-        "  traceml-exporter check traceml_exporter_demo.exporter:make_exporter\n"
+        "  traceml-exporter check   # the conformance suite, with the project's own read-back\n"
         f"  TRACEML_EXPORTER_SDK={wheel} nox   # its tests on every Python, lint and type checks\n"
     )
     assert (project / "pyproject.toml").is_file()

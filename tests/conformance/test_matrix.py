@@ -41,7 +41,12 @@ def ids(*names: str) -> frozenset[str]:
 
 # What still passes when every run of the exporter fails: the checks that never
 # run a whole lifecycle, or that are about a failure anyway.
-SQLITE_SURVIVES = ids("method_signatures", "open_failure_leaks_nothing", "fresh_subprocess")
+SQLITE_SURVIVES = ids(
+    "method_signatures",
+    "open_failure_leaks_nothing",
+    "fresh_subprocess",
+    "import_has_no_side_effects",
+)
 CLOSE_SURVIVES = ids(
     "factory_is_inert",
     "open_failure_leaks_nothing",
@@ -51,6 +56,7 @@ CLOSE_SURVIVES = ids(
     "failure_releases_resources",
     "restart_after_failure",  # the second instance refuses in open (mode "x")
     "fresh_subprocess",
+    "import_has_no_side_effects",
 )
 
 MATRIX: dict[str, frozenset[str]] = {
@@ -169,6 +175,7 @@ MATRIX: dict[str, frozenset[str]] = {
     # throughput, importability
     "broken_exporters:make_slow": ids("records_per_second"),
     "broken_path_dependent:make_exporter": ids("fresh_subprocess"),
+    "broken_import_effects:make_exporter": ids("import_has_no_side_effects"),
 }
 
 # The exporters whose one mistake fails many checks, and the check that names it: the

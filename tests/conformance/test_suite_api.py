@@ -99,6 +99,7 @@ def test_skip_and_xfail_by_check_or_group_name_with_reasons(pytester: pytest.Pyt
         [
             "*SKIPPED*factory_is_inert: audited by hand*",
             "*SKIPPED*fresh_subprocess: vendored*",
+            "*SKIPPED*import_has_no_side_effects: vendored*",
             "*XPASS*records_per_second*slow CI runners*",
         ]
     )
@@ -497,3 +498,24 @@ def test_docs_describe_every_check() -> None:
     missing = [c.name for c in CHECKS if f"`{c.name}`" not in text and c.name not in text]
     assert missing == []
     assert all(f"`test_{group}`" in text for group in GROUPS)
+
+
+def test_a_restart_without_read_back_is_judged_by_files_cut_in_place(tmp_path: Path) -> None:
+    """Without read_back the restart checks look at the first run's files: one emptied in
+    place (mode "w") or removed is lost; one replaced whole (a summary rewritten through a
+    new file and a rename) is not."""
+    from traceml_exporter_sdk.testing._resources import file_states, lost_files
+
+    (tmp_path / "data.jsonl").write_text("a\nb\n")
+    (tmp_path / "summary.json").write_text('{"written": 2}')
+    (tmp_path / "gone.jsonl").write_text("c\n")
+    before = file_states(tmp_path)
+    assert lost_files(before, tmp_path) == []
+    (tmp_path / "new.json").write_text("{}")
+    (tmp_path / "new.json").replace(tmp_path / "summary.json")
+    (tmp_path / "data.jsonl").write_text("a\nb\nc\n")
+    assert lost_files(before, tmp_path) == []
+    (tmp_path / "gone.jsonl").unlink()
+    with (tmp_path / "data.jsonl").open("w") as file:  # the restart that truncates
+        file.write("c\n")
+    assert lost_files(before, tmp_path) == ["data.jsonl", "gone.jsonl"]

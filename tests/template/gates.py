@@ -18,6 +18,7 @@ from pathlib import Path
 
 from template_helpers import project_env, read_toml, run, tool
 from traceml_exporter_sdk.testing import CHECKS
+from traceml_exporter_sdk.testing.keys import CHECK_MARKER
 
 LINT_PATHS = ("src", "tests", "noxfile.py")
 """What the generated noxfile's lint session names, explicitly: ruff skips ``.nox/``."""
@@ -151,14 +152,21 @@ def workflows(project: Path) -> None:
 
 
 def pytest_run(
-    project: Path, *args: str, skip_reason: str | None = None, skips: int = 0
+    project: Path,
+    *args: str,
+    skip_reason: str | None = None,
+    skips: int = 0,
+    conformance: bool = True,
 ) -> dict[str, list[str]]:
     """The project's tests: every test passed, none skipped, every conformance check ran.
 
     A sink that declares skips (an aggregating sink keeps no rows to read back) may
     skip exactly ``skips`` conformance checks, each by name with ``skip_reason``; any
-    other skip fails. Returns the outcomes (``PASSED`` -> test ids) for further checks.
+    other skip fails. ``conformance=False`` runs every test but the suite's checks
+    (``check_command`` runs those). Returns the outcomes (``PASSED`` -> test ids).
     """
+    if not conformance:
+        args = ("-m", f"not {CHECK_MARKER}", *args)
     result = run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args],
         cwd=project,
@@ -179,20 +187,57 @@ def pytest_run(
     if rest:
         outcomes["SKIPPED"] = rest
     _require(set(outcomes) == {"PASSED"}, f"nothing may fail or be skipped: {outcomes}", output)
-    conformance = [t for t in outcomes["PASSED"] if t.startswith("tests/test_conformance.py")]
+    ran = [t for t in outcomes["PASSED"] if t.startswith("tests/test_conformance.py")]
     skipped_checks = {
         c.name for c in CHECKS if any(f"SKIP_CHECKS[{c.name!r}]" in t for t in declared)
     }
     missing = [
         c.test_id
         for c in CHECKS
-        if not any(t.endswith(f"::{c.test_id}") for t in conformance)
-        and c.name not in skipped_checks
+        if not any(t.endswith(f"::{c.test_id}") for t in ran) and c.name not in skipped_checks
     ]
-    _require(not missing, f"conformance checks that did not pass: {missing}", output)
+    _require(
+        not conformance or not missing, f"conformance checks that did not pass: {missing}", output
+    )
     _require(
         any(t.startswith("tests/test_exporter.py") for t in outcomes["PASSED"]),
         "the sink's own tests did not run",
         output,
     )
     return outcomes
+
+
+_SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$", re.MULTILINE)
+
+
+def check_command(
+    project: Path, *, cwd: Path, skip_reason: str | None = None, skips: int = 0
+) -> None:
+    """``traceml-exporter check --project`` started from ``cwd`` (another folder): every
+    check of the suite passed but exactly ``skips``, skipped with ``skip_reason``.
+
+    This is how the project's README says to run the suite alone; it runs the project's
+    own conformance class, so its read-back and ``break_sink`` apply.
+    """
+    result = run(
+        [sys.executable, "-m", "traceml_exporter_sdk.cli", "check", "--project", str(project)],
+        cwd=cwd,
+        env=project_env(project),
+    )
+    output = result.stdout[-8000:] + result.stderr[-3000:]
+    _require(result.returncode == 0, f"traceml-exporter check exited {result.returncode}", output)
+    found = _SUMMARY.findall(result.stdout)
+    _require(len(found) == 1, "traceml-exporter check printed no summary", output)
+    passed, failed, skipped = map(int, found[0])
+    _require(failed == 0 and skipped == skips, f"{skips} checks must skip, got {skipped}", output)
+    _require(
+        passed + skipped == len(CHECKS),
+        f"{passed + skipped} of the suite's {len(CHECKS)} checks ran",
+        output,
+    )
+    reasons = [line for line in result.stdout.splitlines() if line.startswith("  skipped ")]
+    _require(
+        all(skip_reason is not None and skip_reason in line for line in reasons),
+        f"every skip must say {skip_reason}",
+        output,
+    )

@@ -114,6 +114,19 @@ def test_pytest_gate_fails_when_a_conformance_check_is_deselected(project: Path)
     fails(lambda: gates.pytest_run(project), r"did not pass: .*'test_lifecycle\[flush_twice\]'")
 
 
+def test_check_gate_fails_when_a_conformance_check_is_deselected(
+    project: Path, tmp_path: Path
+) -> None:
+    pyproject = project / "pyproject.toml"
+    edit(pyproject, 'addopts = ["-ra"', 'addopts = ["-k", "lifecycle and not flush_twice", "-ra"')
+    fails(lambda: gates.check_command(project, cwd=tmp_path), r"of the suite's \d+ checks ran")
+
+
+def test_check_gate_fails_without_the_conformance_class(project: Path, tmp_path: Path) -> None:
+    (project / "tests" / "test_conformance.py").unlink()
+    fails(lambda: gates.check_command(project, cwd=tmp_path), "check exited 3")
+
+
 def test_pytest_gate_fails_when_nothing_is_collected(project: Path) -> None:
     for test_module in (project / "tests").glob("test_*.py"):
         test_module.unlink()

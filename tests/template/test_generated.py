@@ -171,8 +171,12 @@ a metrics store keeps series and MLflow metric points, not the records the row-l
 checks read back; the shared round trips prove what they keep instead."""
 
 
-def test_tests_and_conformance_suite_pass(baked: Path, sink: str) -> None:
-    gates.pytest_run(baked, skip_reason="SKIP_CHECKS[", skips=DECLARED_SKIPS.get(sink, 0))
+def test_tests_and_conformance_suite_pass(baked: Path, sink: str, tmp_path: Path) -> None:
+    """The project's own tests with pytest, then the suite's checks the way its README says
+    to run them alone, ``traceml-exporter check --project``, started from another folder."""
+    gates.pytest_run(baked, conformance=False)
+    skips = DECLARED_SKIPS.get(sink, 0)
+    gates.check_command(baked, cwd=tmp_path, skip_reason="SKIP_CHECKS[", skips=skips)
 
 
 def test_ruff_clean(baked: Path) -> None:

@@ -104,7 +104,7 @@ class OffWorkerCalls:
             yield self
         finally:
             stop.set()
-            threading.setprofile(None)  # type: ignore[arg-type]
+            threading.setprofile(None)
             if all_threads is not None:
                 all_threads(None)
             sys.setprofile(None)
@@ -114,5 +114,5 @@ class OffWorkerCalls:
 def _thread_name(ident: int) -> str:
     """The name of a running thread, without ``threading.current_thread()``, which makes a
     dummy thread of one that is starting or ending."""
-    thread = threading._active.get(ident)  # type: ignore[attr-defined]  # noqa: SLF001
+    thread = threading._active.get(ident)  # type: ignore[attr-defined]
     return thread.name if thread is not None else f"thread {ident}"

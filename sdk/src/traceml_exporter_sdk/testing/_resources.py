@@ -8,6 +8,7 @@ thread (``threading.excepthook``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -139,6 +140,29 @@ def tree(root: Path) -> dict[str, int]:
             except OSError:
                 continue
     return out
+
+
+def file_states(root: Path) -> dict[str, tuple[int, int]]:
+    """Relative path -> (inode, size) of every file under ``root``."""
+    out: dict[str, tuple[int, int]] = {}
+    for rel in tree(root):
+        with contextlib.suppress(OSError):
+            stat = (root / rel).stat()
+            out[rel] = (stat.st_ino, stat.st_size)
+    return out
+
+
+def lost_files(before: dict[str, tuple[int, int]], root: Path) -> list[str]:
+    """Files of ``before`` now gone from ``root``, or cut shorter in place (same inode): what
+    a restart that opens with mode "w" does. A file replaced whole (a new inode, such as a
+    summary rewritten atomically) is a rewrite, not a loss."""
+    after = file_states(root)
+    lost = []
+    for rel, (inode, size) in sorted(before.items()):
+        now = after.get(rel)
+        if now is None or (now[0] == inode and now[1] < size):
+            lost.append(rel)
+    return lost
 
 
 def tree_digest(root: Path) -> dict[str, str]:

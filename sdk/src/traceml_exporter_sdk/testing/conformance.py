@@ -43,6 +43,7 @@ from .checks import CHECKS, CHECKS_BY_NAME, check_names
 from .environment import MOVED_BY_BREAK_SINK, NO_READ_BACK, Env, Hooks
 from .errors import ConformanceConfigError, ReadBackNotImplementedError
 from .expected import expected_by_stream
+from .keys import CHECK_MARKER
 from .readback import read_jsonl
 from .registry import GROUPS, Check
 
@@ -73,6 +74,8 @@ class ExporterConformance:
     Hooks to override: ``read_back(context)``, ``expected_export(records, *,
     include_hostname)``, ``broken_context(context)``, ``break_sink(context)``.
     """
+
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [getattr(pytest.mark, CHECK_MARKER)]
 
     factory: ClassVar[Any] = None
     throughput_floor: ClassVar[float] = 20_000

@@ -6,12 +6,17 @@ The plugin must stay cheap to import, so this module imports nothing.
 from __future__ import annotations
 
 __all__ = [
+    "CHECK_MARKER",
     "ENTRY_POINT_NAME",
     "EXPORTER_OPTION",
     "READ_BACK_OPTION",
     "THROUGHPUT_FLOOR_PROPERTY",
     "THROUGHPUT_PROPERTY",
 ]
+
+CHECK_MARKER = "traceml_conformance"
+"""The marker every check of the suite carries: ``pytest -m traceml_conformance`` runs a
+project's conformance class alone (``traceml-exporter check --project``)."""
 
 ENTRY_POINT_NAME = "traceml_exporter"
 """The plugin's ``pytest11`` entry point name."""

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from .keys import (
+    CHECK_MARKER,
     ENTRY_POINT_NAME,
     EXPORTER_OPTION,
     READ_BACK_OPTION,
@@ -84,6 +85,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{CHECK_MARKER}: a check of the exporter conformance suite")
     if not config.pluginmanager.has_plugin(_ROOT_CAUSES):
         config.pluginmanager.register(_RootCauses(), _ROOT_CAUSES)
     spec = config.getoption(EXPORTER_OPTION)

@@ -1,7 +1,13 @@
 """``traceml-exporter check``: run the conformance suite under pytest and summarize its report.
 
-pytest runs in a subprocess with the SDK's plugin (``--traceml-exporter SPEC``);
-its JUnit XML report gives the checks' outcomes and the throughput figure.
+pytest runs in a subprocess, and its JUnit XML report gives the checks' outcomes and
+the throughput figure. For SPEC it runs the SDK's plugin (``--traceml-exporter SPEC``)
+in an empty folder, so the caller's folder (its conftest.py, its pytest settings) cannot
+change the result; the caller's folder stays importable, as ``python -m`` has it. For a
+project (``--project``, or no SPEC inside one) it runs the project's own conformance
+class, ``tests/test_conformance.py`` (the checks only, ``-m traceml_conformance``), from
+the project's folder, so the project's ``read_back``, ``break_sink``, ``expected_export``
+and skips apply wherever it is run from.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ...testing.keys import CHECK_MARKER
 from ..errors import CliError, error_line
 from ..exit_codes import EXIT_DEPENDENCY, EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from ..inputs import check_spec
@@ -36,9 +43,23 @@ def add_parser(commands: Any) -> None:
         "the throughput figure. --read-back names a read_back(context) function that\n"
         "returns what the exporter wrote ({STREAM: [record dicts]}), which turns the\n"
         "data-fidelity checks on.",
-        "  traceml-exporter check my_exporter.exporter:make_exporter -- -x -k lifecycle",
+        "  traceml-exporter check my_exporter.exporter:make_exporter -- -x -k lifecycle\n"
+        "  traceml-exporter check                        # in a generated project's folder\n"
+        "  traceml-exporter check --project ~/my-exporter  # the same, from any folder",
     )
-    check.add_argument("spec", metavar="SPEC", help="module:factory (or jsonl)")
+    check.add_argument(
+        "spec",
+        metavar="SPEC",
+        nargs="?",
+        help="module:factory (or jsonl); omitted: the project this folder is in",
+    )
+    check.add_argument(
+        "--project",
+        metavar="DIR",
+        type=Path,
+        help="a project with tests/test_conformance.py: run its conformance class, with its "
+        "own read_back, break_sink and skips",
+    )
     check.add_argument(
         "--read-back",
         metavar="MODULE:FUNCTION",
@@ -51,9 +72,63 @@ def add_parser(commands: Any) -> None:
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    project = _project(args.project, args.spec)
+    if project is not None:
+        if args.read_back is not None:
+            raise CliError(
+                "--read-back with a project: the project's conformance class names its own "
+                "read_back; give SPEC instead of --project to pass one",
+                EXIT_USAGE,
+            )
+        return _run_suite(project / CONFORMANCE_FILE, [], args, out, cwd=project)
     spec = check_spec(args.spec)
     if args.read_back is not None:
         check_spec(args.read_back)
+    _require_importable(spec)
+    plugin = [
+        "--traceml-exporter",
+        spec,
+        *(["--traceml-read-back", args.read_back] if args.read_back else []),
+    ]
+    return _run_suite(spec, plugin, args, out, cwd=None)
+
+
+CONFORMANCE_FILE = Path("tests") / "test_conformance.py"
+"""Where a generated project keeps its conformance class."""
+
+
+def _project(given: Path | None, spec: str | None) -> Path | None:
+    """The project folder to check, or None to check SPEC: ``--project``, or with no SPEC
+    the nearest folder upwards from here holding ``tests/test_conformance.py``."""
+    if given is not None:
+        if spec is not None:
+            raise CliError("give SPEC or --project, not both", EXIT_USAGE)
+        project = given.expanduser().resolve()
+        if not (project / CONFORMANCE_FILE).is_file():
+            raise CliError(
+                f"--project {given}: no {CONFORMANCE_FILE} there (a project made by "
+                "`traceml-exporter new` has one)",
+                EXIT_INPUT,
+            )
+        return project
+    if spec is not None:
+        return None
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / CONFORMANCE_FILE).is_file():
+            return folder
+    raise CliError(
+        f"no SPEC, and no {CONFORMANCE_FILE} in {here} or above: give SPEC "
+        "(module:factory or jsonl), or --project DIR",
+        EXIT_USAGE,
+    )
+
+
+def _run_suite(
+    spec: str | Path, plugin: list[str], args: argparse.Namespace, out: TextIO, *, cwd: Path | None
+) -> int:
+    """Run pytest on the suite (``plugin`` options, or the project's file ``spec``) and
+    summarize its report."""
     try:
         importlib.import_module("pytest")
     except ImportError:
@@ -61,18 +136,29 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             f"check needs pytest; install it with {install_hint('new,testing')}",
             EXIT_DEPENDENCY,
         ) from None
+    import os
     import subprocess
 
-    _require_importable(spec)
     with tempfile.TemporaryDirectory(prefix="traceml-check-") as tmp:
         report_path = Path(tmp) / "report.xml"
+        environment = dict(os.environ)
+        if cwd is None:  # SPEC: run where nothing of the caller's folder is collected
+            folder = Path(tmp) / "run"
+            folder.mkdir()
+            (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+            environment["PYTHONPATH"] = os.pathsep.join(
+                filter(None, (os.getcwd(), environment.get("PYTHONPATH")))
+            )
+            where = ["--rootdir", str(folder), "-c", str(folder / "pytest.ini")]
+        else:
+            folder = cwd
+            where = [str(spec), "-m", CHECK_MARKER, "--rootdir", str(cwd)]
         command = [
             sys.executable,
             "-m",
             "pytest",
-            "--traceml-exporter",
-            spec,
-            *(["--traceml-read-back", args.read_back] if args.read_back else []),
+            *plugin,
+            *where,
             f"--junitxml={report_path}",
             "-o",
             "junit_family=legacy",
@@ -82,7 +168,14 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             *args.pytest_args,
         ]
         stdout = None if args.verbose else subprocess.PIPE
-        result = subprocess.run(command, stdout=stdout, stderr=subprocess.STDOUT, check=False)
+        result = subprocess.run(
+            command,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            check=False,
+            cwd=folder,
+            env=environment,
+        )
         captured = result.stdout.decode(errors="replace") if result.stdout else ""
         if not report_path.exists():
             lines = [ln.strip() for ln in captured.splitlines() if ln.strip()]
@@ -94,7 +187,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
                 EXIT_USAGE if result.returncode == PYTEST_USAGE_ERROR else EXIT_INPUT,
             )
         cases, throughput = _junit_report(report_path)
-    return _check_summary(spec, cases, throughput, result.returncode, out)
+    return _check_summary(str(spec), cases, throughput, result.returncode, out)
 
 
 PYTEST_USAGE_ERROR = 4
@@ -102,8 +195,8 @@ PYTEST_USAGE_ERROR = 4
 NO_READ_BACK_HERE = (
     "no read-back: pass --read-back MODULE:FUNCTION, a function of the context that returns "
     "{STREAM: [record dicts]}, to turn the data-fidelity checks on; ready ones: "
-    "traceml_exporter_sdk.testing:read_jsonl (JSON Lines files in export_dir) and a generated "
-    "project's sink_support:read_export (with its tests folder on PYTHONPATH)"
+    "traceml_exporter_sdk.testing:read_jsonl (JSON Lines files in export_dir); a generated "
+    "project's own read-back and break_sink: run check with no SPEC in its folder, or --project DIR"
 )
 """What ``check`` says instead of the suite's "implement read_back(self, context)"."""
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...context import ExporterContext
 from .._records import PoisonedRecord
-from .._resources import tree, tree_digest
+from .._resources import file_states, lost_files, tree_digest
 from ..environment import Env
 from ..registry import CheckGroup
 from ._common import corpus, merged
@@ -127,7 +127,7 @@ def _restart(env: Env, context: ExporterContext, first: Sequence[Any], what: str
     works, and then the first's records and its own are readable, or refuses in open, and
     then the first's output is left as it was. Returns what the second wrote."""
     root = context.session_root
-    sizes = tree(root)
+    files = file_states(root)
     second = env.worker(context, corpus()[-4:])
     if second.failed_method == "open":
         assert second.report is not None
@@ -136,8 +136,7 @@ def _restart(env: Env, context: ExporterContext, first: Sequence[Any], what: str
         assert error.partition(": ")[2].strip(), (
             f"the second instance refused in open with no message ({error!r}); say why"
         )
-        later = tree(root)
-        shrunk = sorted(p for p, size in sizes.items() if later.get(p, -1) < size)
+        shrunk = lost_files(files, root)
         assert not shrunk, (
             f"a second instance {what} refused in open ({error}) but its open removed or "
             f"truncated the first's files: {', '.join(shrunk[:5])}"
@@ -161,8 +160,7 @@ def _restart(env: Env, context: ExporterContext, first: Sequence[Any], what: str
             "refuse in open with a clear error):\n" + "\n".join(problems)
         )
         return written
-    later = tree(root)
-    shrunk = sorted(p for p, size in sizes.items() if later.get(p, -1) < size)
+    shrunk = lost_files(files, root)
     assert not shrunk, (
         f"a second instance {what} on the same context removed or truncated the first's "
         f"files: {', '.join(shrunk[:5])}; a restart must keep what the first wrote"

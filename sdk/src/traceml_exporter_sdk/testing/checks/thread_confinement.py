@@ -169,7 +169,11 @@ def check_only_worker_thread_runs_exporter(env: Env) -> None:
     watch = OffWorkerCalls(roots, allowed={WORKER_THREAD, threading.main_thread().name})
     with watch.watching():
         run = env.worker(
-            context, batches, flush_interval_s=1e-9, pace=True, after_flush=lambda _: time.sleep(pause)
+            context,
+            batches,
+            flush_interval_s=1e-9,
+            pace=True,
+            after_flush=lambda _: time.sleep(pause),
         )
     env.assert_clean(run, "a run kept open 2.5 s")
     assert not watch.found, (
