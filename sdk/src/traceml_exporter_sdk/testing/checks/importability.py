@@ -102,8 +102,8 @@ def audit(event, args):
         mode, flags = args[1] or "", args[2] or 0
         if any(c in mode for c in "wax+") or flags & WRITE:
             events.append(f"opened {os.fsdecode(args[0])} for writing")
-    elif event in ("socket.connect", "socket.bind"):
-        events.append(f"{event} {args[1]!r}")
+    elif event == "socket.connect":  # a bind is a probe (urllib3's IPv6 test); one kept open
+        events.append(f"{event} {args[1]!r}")  # is a file descriptor, below
     elif event in ("os.mkdir", "os.symlink", "os.link", "os.rename"):
         events.append(f"{event} {args[0]!r}")
     elif event in ("subprocess.Popen", "os.system", "os.fork", "os.posix_spawn"):
