@@ -47,7 +47,7 @@ from _smoke import SMOKE, scaled, summary, verdict
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "follow"))
 
-from traceml_exporter_sdk._backfill import TABLE_BY_STREAM  # noqa: E402
+from traceml_exporter_sdk._bridge.sqlite_source import TABLE_BY_STREAM  # noqa: E402
 from traceml_exporter_sdk.records import (  # noqa: E402
     ProcessRecord,
     Record,
@@ -277,8 +277,8 @@ def replay(database: Path, root: Path) -> tuple[float, float, int]:
 def stages(database: Path, root: Path) -> dict[str, float]:
     """CPU seconds of each stage alone over ``database``: SQLite's reads, building
     the records, the jsonl exporter's writes (one thread, page by page)."""
-    from traceml_exporter_sdk._backfill import PAGE_ROWS, open_database
-    from traceml_exporter_sdk._sqlite_rows import RowConverter
+    from traceml_exporter_sdk._bridge.sqlite_rows import RowConverter
+    from traceml_exporter_sdk._bridge.sqlite_source import PAGE_ROWS, open_database
     from traceml_exporter_sdk.context import ExporterContext
     from traceml_exporter_sdk.jsonl import JsonlExporter
 

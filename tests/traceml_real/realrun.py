@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceml_exporter_sdk._backfill import TABLE_BY_STREAM, open_database
+from traceml_exporter_sdk._bridge.sqlite_source import TABLE_BY_STREAM, open_database
 from traceml_exporter_sdk.records import RECORD_TYPES
 from traceml_exporter_sdk.testing.readback import jsonl_parts
 

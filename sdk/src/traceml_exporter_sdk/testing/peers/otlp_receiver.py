@@ -108,9 +108,9 @@ class OtlpReceiver:
         if self._proc is not None:
             raise RuntimeError("the receiver is already running")
         self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115
-        command = [sys.executable, "-m", f"{__package__}._otlp_server", self.path]
+        command = [sys.executable, "-m", f"{__package__}.otlp_server", self.path]
         # The SDK importable in the child even when this process only had it on sys.path.
-        source = str(Path(__file__).resolve().parents[2])
+        source = str(Path(__file__).resolve().parents[3])
         paths = [source, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         self._proc = subprocess.Popen(
             [*command, str(self.max_body)],
