@@ -146,5 +146,7 @@ def test_each_shared_helper_is_defined_once_in_its_own_module() -> None:
 
 def test_the_reader_sees_a_copy_of_a_shared_helper(tmp_path: Path) -> None:
     copy = tmp_path / "copy.py"
-    copy.write_text("class A:\n    def wait_for(self):\n        pass\ndef _env():\n    pass\n", "utf-8")
+    copy.write_text(
+        "class A:\n    def wait_for(self):\n        pass\ndef _env():\n    pass\n", "utf-8"
+    )
     assert defined_functions(copy) & set(ONE_HOME) == {"wait_for", "_env"}
