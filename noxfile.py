@@ -276,7 +276,11 @@ SDK_TESTING = f"{SDK}[testing]"
 
 
 def _bake(session: nox.Session, output: Path, *variables: str) -> Path:
-    """``cookiecutter --no-input`` on the repository root (its nested-templates config)."""
+    """``cookiecutter --no-input`` on the repository root (its nested-templates config).
+
+    Not tests/bake.py's ``bake``: this runs the ``cookiecutter`` command inside the
+    session's virtualenv, as a user would, and the noxfile's own interpreter has no
+    cookiecutter to import."""
     if output.exists():
         shutil.rmtree(output)
     session.run("cookiecutter", "--no-input", "-o", str(output), str(ROOT), *variables)

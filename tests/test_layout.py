@@ -1,4 +1,5 @@
-"""The SDK's layout: no import cycle, small modules, and a pytest plugin that costs nothing.
+"""The SDK's layout: a root of public modules, every module named in docs/layout.md, no
+import cycle, small modules, and a pytest plugin that costs nothing.
 
 The import graph is read from the source with ``ast`` (every import, also the
 ones inside functions and ``TYPE_CHECKING`` blocks), so a cycle is caught even
@@ -8,8 +9,10 @@ where Python would tolerate it at run time.
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +23,10 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "sdk" / "src"
 PACKAGE = "traceml_exporter_sdk"
 MAX_LINES = 500
+MAX_ROOT_MODULES = 12
+LAYOUT_DOC = SRC.parents[1] / "docs" / "layout.md"
+PEERS = ["otlp_receiver", "postgres_server", "prometheus_server"]
+"""The test peers whose public path is ``testing.<name>``, their code in ``testing/peers/``."""
 TOO_BIG_FOR_NOW: set[str] = set()
 """Modules allowed over MAX_LINES until they are split (the CLI becomes a package)."""
 
@@ -91,6 +98,70 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
             if cycle:
                 return cycle
     return None
+
+
+def test_the_package_root_holds_only_public_modules_and_at_most_twelve() -> None:
+    """Internals live in subpackages named by concern (``_build``, ``_bridge``, ``_export``,
+    ``cli``, ``testing``), so the root shows the public surface (issue 32: it held 23)."""
+    root = sorted(p.name for p in (SRC / PACKAGE).glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, root
+    assert [name for name in root if name.startswith("_") and name != "__init__.py"] == []
+
+
+TREE_LINE = re.compile(r"^((?:│   |    )*)(?:├── |└── )(\S+)")
+
+
+def layout_tree(text: str) -> set[str]:
+    """The files and folders the ``text`` code block of docs/layout.md draws, as paths
+    relative to the package (``_build/coerce.py``, ``cli/commands/``)."""
+    block = text.split("```text\n", 1)[1].split("```", 1)[0]
+    out: set[str] = set()
+    folders: list[str] = []
+    for line in block.splitlines():
+        match = TREE_LINE.match(line)
+        if match is None:
+            continue
+        depth = len(match.group(1)) // 4
+        del folders[depth:]
+        name = match.group(2)
+        out.add("".join(folders) + name)
+        if name.endswith("/"):
+            folders.append(name)
+    return out
+
+
+def test_docs_layout_draws_every_module_and_only_those() -> None:
+    """Every module outside ``testing/`` (conformance.md lays that out) and every test
+    peer, in the tree of docs/layout.md; and nothing it draws is missing."""
+    package = SRC / PACKAGE
+    actual = {
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*.py")
+        if path.relative_to(package).parts[0] != "testing"
+        or path.relative_to(package).parts[:2] == ("testing", "peers")
+    }
+    actual = {p for p in actual if not p.endswith("/__init__.py")}  # a folder's is its folder
+    drawn = layout_tree(LAYOUT_DOC.read_text(encoding="utf-8"))
+    drawn_modules = {p for p in drawn if p.endswith(".py")}
+    assert sorted(actual - drawn_modules) == [], "modules docs/layout.md does not draw"
+    assert sorted(drawn_modules - actual) == [], "drawn, but not there"
+    folders = {p for p in drawn if p.endswith("/")}
+    assert sorted(f for f in folders if not (package / f).is_dir()) == []
+
+
+def test_the_layout_tree_reader_sees_nesting() -> None:
+    text = "```text\npkg/\n├── a.py\n├── sub/\n│   └── deep/\n│       └── b.py\n└── c.py\n```"
+    assert layout_tree(text) == {"a.py", "sub/", "sub/deep/", "sub/deep/b.py", "c.py"}
+
+
+@pytest.mark.parametrize("name", PEERS)
+def test_a_test_peer_keeps_its_public_path(name: str) -> None:
+    """``traceml_exporter_sdk.testing.<peer>`` (what generated projects and the docs
+    import) re-exports exactly its peer's ``__all__``, the same objects."""
+    public = importlib.import_module(f"{PACKAGE}.testing.{name}")
+    peer = importlib.import_module(f"{PACKAGE}.testing.peers.{name}")
+    assert sorted(public.__all__) == sorted(peer.__all__)
+    assert all(getattr(public, n) is getattr(peer, n) for n in peer.__all__)
 
 
 def test_the_graph_reader_sees_relative_and_absolute_imports() -> None:

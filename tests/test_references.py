@@ -2,14 +2,18 @@
 
 Paths (``tests/...``, ``docs/...``, ``sdk/...``, ``template/...``) are looked up in
 the repository, and, for a generated project's own files, among the template's
-files by the name they are generated with; a backticked file name (``_backfill.py``)
+files by the name they are generated with; a backticked file name (``_causes.py``)
 must be a file of the repository. A backticked ``module.name`` whose first part is
-the name of a private SDK module, or of a public one of the package's root, is
-imported and looked up (an instance attribute counts when a class of the module
-declares it); one whose first part is such a name with its leading underscore
-missing or added (``backfill.X`` for ``_backfill``) is a module that moved or never
-was. Other dotted names (``context.include_hostname`` of an object, ``service.name``
-of OpenTelemetry) are not the SDK's modules and are left alone.
+the name of a private SDK module or package (``_bridge.sqlite_source.SqliteSource``),
+or of a public one of the package's root, is imported and looked up (an instance
+attribute counts when a class of the module declares it); one whose first part is
+such a name with its leading underscore missing or added (``causes.X`` for
+``_causes``), or a private name that is no module of the SDK and no file of the
+repository (``_backfill.X``, which moved), is a module that moved or never was. A
+backticked private name alone (``_backfill``) must be an SDK module or a name the
+SDK's or the template's sources hold. Other dotted names (``context.include_hostname``
+of an object, ``service.name`` of OpenTelemetry) are not the SDK's modules and are
+left alone.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ PATH = re.compile(
     r"(?<![\w./-])((?:tests|docs|sdk|template|\.ci)/[\w./{}-]*\.(?:py|md|json|toml|txt|yml))"
 )
 DOTTED = re.compile(r"`{1,2}(_?[a-z]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`{1,2}")
+BARE = re.compile(r"`{1,2}(_[a-z]\w*)`{1,2}")
 JINJA = re.compile(r"\{%.*?%\}")
 FILE_ENDINGS = {"py", "md", "json", "jsonl", "toml", "txt", "yml", "yaml", "db", "log"}
 
@@ -125,6 +130,31 @@ def missing_names(texts: list[tuple[str, str]]) -> list[str]:
             twin = first[1:] if first.startswith("_") else f"_{first}"
             if twin in modules and (rest[0][0].isupper() or rest[0][0] == "_"):
                 out.append(f"{where}: {ref} (no module {first!r}; there is {twin!r})")
+            elif first.startswith("_") and f"{first}.py" not in files:
+                out.append(f"{where}: {ref} (no module or file {first!r})")
+    return out
+
+
+def _source_text() -> str:
+    """Every file of the SDK's source and of the template, and the noxfile, as one text."""
+    paths = [p for base in (PACKAGE, ROOT / "template") for p in base.rglob("*") if p.is_file()]
+    paths.append(ROOT / "noxfile.py")
+    return "\n".join(
+        p.read_text(encoding="utf-8", errors="replace")
+        for p in paths
+        if "__pycache__" not in p.parts and p.suffix not in {".db", ".png", ".gz"}
+    )
+
+
+def missing_bare_names(texts: list[tuple[str, str]], source: str) -> list[str]:
+    """Backticked private names alone that are no SDK module and no name in ``source``."""
+    modules = _modules()
+    out = []
+    for where, text in texts:
+        for name in sorted(set(BARE.findall(text))):
+            if name in modules or re.search(rf"(?<!\w){re.escape(name)}\b", source):
+                continue
+            out.append(f"{where}: {name} (no such module or name)")
     return out
 
 
@@ -143,13 +173,20 @@ def test_every_module_and_name_the_docs_and_docstrings_name_exists(
     assert missing_names(texts) == []
 
 
+def test_every_private_name_the_docs_and_docstrings_name_exists(
+    texts: list[tuple[str, str]],
+) -> None:
+    assert missing_bare_names(texts, _source_text()) == []
+
+
 def test_the_checker_sees_a_moved_file_a_moved_module_and_a_missing_name() -> None:
     broken = [
         ("a.py", "see ``tests/test_fast_decode.py`` and docs/wire-format.md"),
-        ("b.py", "read by ``backfill.SqliteSource.read_page``"),
-        ("c.md", "`records.no_such_thing` and `_coerce.nothing_here`, ``_gone.py``"),
+        ("b.py", "read by ``_backfill.SqliteSource.read_page``, ``causes.RootCause``"),
+        ("c.md", "`records.no_such_thing` and `_build.coerce.nothing_here`, ``_gone.py``"),
         ("d.md", "fine: `records.StepTimeRecord`, tests/test_layout.py, tests/sink_support.py"),
-        ("e.md", "fine: `context.include_hostname`, `_backfill.py`, `service.name`"),
+        ("e.md", "fine: `context.include_hostname`, `_causes.py`, `service.name`"),
+        ("f.md", "fine: `_bridge.sqlite_source.SqliteSource.read_page`, `_http.deadline`"),
     ]
     assert missing_paths(broken) == [
         "a.py: docs/wire-format.md",
@@ -157,24 +194,13 @@ def test_the_checker_sees_a_moved_file_a_moved_module_and_a_missing_name() -> No
     ]
     problems = missing_names(broken)
     assert [p.split(" (")[0] for p in problems] == [
-        "b.py: backfill.SqliteSource.read_page",
-        "c.md: _coerce.nothing_here",
+        "b.py: _backfill.SqliteSource.read_page",
+        "b.py: causes.RootCause",
+        "c.md: _build.coerce.nothing_here",
         "c.md: _gone.py",
         "c.md: records.no_such_thing",
     ]
-
-
-def test_docs_layout_names_every_module_of_the_package() -> None:
-    """``docs/layout.md`` names each module outside ``testing/`` (which conformance.md
-    lays out) by its last part."""
-    layout = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
-    named = set(re.findall(r"`([\w/.]+)`", layout))
-    words = {part for name in named for part in re.split(r"[/.]", name)}
-    unnamed = [
-        str(path.relative_to(PACKAGE))
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if "testing" not in path.relative_to(PACKAGE).parts
-        and path.stem != "__init__"
-        and path.stem not in words
+    bare = [("g.md", "`_backfill` moved; `_build`, `_causes` and `_finish` are there")]
+    assert missing_bare_names(bare, "def _finish(): ...") == [
+        "g.md: _backfill (no such module or name)"
     ]
-    assert unnamed == []

@@ -106,3 +106,47 @@ def test_the_reader_sees_a_copy_of_the_meta_builder(tmp_path: Path) -> None:
         "line 4: a meta dict",
         "line 5: a meta dict",
     ]
+
+
+# -- one helper each --------------------------------------------------------------
+
+ONE_HOME = {
+    "bake": "bake.py",
+    "exporter_of": "bake.py",
+    "wait_for": "waiting.py",
+    "bookmark": "follow_files.py",
+    "status": "follow_files.py",
+    "child_env": "child_env.py",
+    "_env": "child_env.py",
+}
+"""The tests' repeated helpers (issue 32: ``bake`` four times, ``wait_for`` three, ``_env``
+and ``bookmark`` twice each) and the one module under tests/ that defines each."""
+
+
+def defined_functions(path: Path) -> set[str]:
+    return {
+        node.name
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+
+
+def test_each_shared_helper_is_defined_once_in_its_own_module() -> None:
+    for name, home in ONE_HOME.items():
+        if name in {"_env"}:
+            continue
+        assert name in defined_functions(TESTS / home), f"{home} does not define {name}"
+    elsewhere = {
+        str(path.relative_to(TESTS)): sorted(defined_functions(path) & set(ONE_HOME))
+        for path in sorted(TESTS.rglob("*.py"))
+        if path.name not in set(ONE_HOME.values())
+    }
+    assert {k: v for k, v in elsewhere.items() if v} == {}
+
+
+def test_the_reader_sees_a_copy_of_a_shared_helper(tmp_path: Path) -> None:
+    copy = tmp_path / "copy.py"
+    copy.write_text(
+        "class A:\n    def wait_for(self):\n        pass\ndef _env():\n    pass\n", "utf-8"
+    )
+    assert defined_functions(copy) & set(ONE_HOME) == {"wait_for", "_env"}

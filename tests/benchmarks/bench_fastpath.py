@@ -1,7 +1,7 @@
-"""Each fast builder of ``_fastpath`` against the careful path alone, per stream.
+"""Each fast builder of ``fast_builders`` against the careful path alone, per stream.
 
 ``records_from_payload`` runs a sampler's fast builder first and the careful
-projection (``_projection``: row tuples as TraceML's writers build them, then records)
+projection (``projection``: row tuples as TraceML's writers build them, then records)
 only for what the fast one could not build. Here both run on the same messages in the
 same run, best of ``--repeats`` (``time.perf_counter``, garbage collection paused while
 timing, the two in turn in every repeat): ``records_from_payload`` as shipped, and with
@@ -27,8 +27,8 @@ from typing import Any
 from _smoke import scaled, summary, verdict
 from bench_mapping import RANKS, STEPS, Message, best_of, message, messages_of
 from traceml_exporter_sdk import mapping, records_from_payload
-from traceml_exporter_sdk._fastpath import FAST_BUILDERS
-from traceml_exporter_sdk._projection import PROJECTION_BY_SAMPLER
+from traceml_exporter_sdk._build.fast_builders import FAST_BUILDERS
+from traceml_exporter_sdk._build.projection import PROJECTION_BY_SAMPLER
 
 TARGET = 1.3
 REPEATS = scaled(15, 1)

@@ -46,8 +46,10 @@ from _smoke import SMOKE, scaled, summary, verdict
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "follow"))
+sys.path.insert(0, str(HERE.parent))  # tests/: the shared helpers
 
-from traceml_exporter_sdk._backfill import TABLE_BY_STREAM  # noqa: E402
+from child_env import child_env  # noqa: E402
+from traceml_exporter_sdk._bridge.sqlite_source import TABLE_BY_STREAM  # noqa: E402
 from traceml_exporter_sdk.records import (  # noqa: E402
     ProcessRecord,
     Record,
@@ -184,7 +186,7 @@ def follow(root: Path, lag_file: Path) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "traceml_exporter_sdk.cli", "follow"]
     command += ["_lag_exporter:make_exporter", "--session-root", str(root)]
     command += ["--streams", ",".join(PER_SECOND), "--wait", "30"]
-    env = {**os.environ, "PYTHONPATH": str(HERE), "BENCH_LAG_FILE": str(lag_file)}
+    env = child_env([HERE], BENCH_LAG_FILE=str(lag_file))
     return subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
@@ -277,8 +279,8 @@ def replay(database: Path, root: Path) -> tuple[float, float, int]:
 def stages(database: Path, root: Path) -> dict[str, float]:
     """CPU seconds of each stage alone over ``database``: SQLite's reads, building
     the records, the jsonl exporter's writes (one thread, page by page)."""
-    from traceml_exporter_sdk._backfill import PAGE_ROWS, open_database
-    from traceml_exporter_sdk._sqlite_rows import RowConverter
+    from traceml_exporter_sdk._bridge.sqlite_rows import RowConverter
+    from traceml_exporter_sdk._bridge.sqlite_source import PAGE_ROWS, open_database
     from traceml_exporter_sdk.context import ExporterContext
     from traceml_exporter_sdk.jsonl import JsonlExporter
 

@@ -57,8 +57,10 @@ from traceml_exporter_sdk.testing.readback import jsonl_parts
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "follow"))
+sys.path.insert(0, str(HERE.parent))  # tests/: the shared helpers
 
-from follow_helpers import status  # noqa: E402
+from child_env import child_env  # noqa: E402
+from follow_files import status  # noqa: E402
 from writer050 import Writer050  # noqa: E402
 
 SPEC = "_outage_exporter:make_exporter"
@@ -102,7 +104,7 @@ def start_follow(
     with open(out.with_suffix(".out"), "wb") as stdout, open(out.with_suffix(".err"), "wb") as err:
         return subprocess.Popen(
             command,
-            env={**os.environ, "PYTHONPATH": str(HERE), **env},
+            env=child_env([HERE], **env),
             stdout=stdout,
             stderr=err,
             stdin=subprocess.DEVNULL,

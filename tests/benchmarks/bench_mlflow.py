@@ -36,8 +36,9 @@ import urllib3
 from traceml_exporter_sdk import ExporterContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bake import bake, exporter_of
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the one bake
 from _smoke import scaled, summary, verdict
+from bake import bake, exporter_of
 from bench_export import build_batches, step_time_payload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,7 +142,7 @@ def main() -> int:
     os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
     peer = None
     try:
-        project = bake(tmp / "bake", "mlflow")
+        project = bake(tmp / "bake", sink="mlflow", project_name="bench mlflow")
         factory = exporter_of(project).make_exporter
         sys.path.insert(0, str(project / "tests"))
         peers = importlib.import_module("mlflow_server")

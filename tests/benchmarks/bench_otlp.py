@@ -29,8 +29,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from _bake import baked_exporter
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the one bake
 from _smoke import scaled, summary, verdict
+from bake import baked_exporter
 from traceml_exporter_sdk import ExporterContext, StepTimeRecord
 from traceml_exporter_sdk.testing import corpus_records
 from traceml_exporter_sdk.testing.otlp_receiver import OtlpReceiver

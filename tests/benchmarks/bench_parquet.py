@@ -34,8 +34,9 @@ from traceml_exporter_sdk import ExporterContext, ExportWorker
 from traceml_exporter_sdk.testing import corpus_batches
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bake import baked_exporter
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the one bake
 from _smoke import scaled, summary, verdict
+from bake import baked_exporter
 from bench_export import (  # the workload of the export benchmark, shared
     STEPS_PER_TICK,
     build_batches,

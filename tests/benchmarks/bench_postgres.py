@@ -36,8 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from _bake import baked_exporter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the one bake
 from _smoke import scaled, summary, verdict
+from bake import baked_exporter
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from traceml_exporter_sdk import ExporterContext, StepMemoryRecord, StepTimeRecord

@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
-from _bake import baked_exporter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the one bake
 from _smoke import scaled, summary, verdict
+from bake import baked_exporter
 from bench_otlp import corpus, step_records
 from traceml_exporter_sdk import ExporterContext
 from traceml_exporter_sdk.testing.otlp_receiver import OtlpReceiver

@@ -28,8 +28,9 @@ from tensorboardX import SummaryWriter
 from traceml_exporter_sdk import ExporterContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bake import baked_exporter
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the one bake
 from _smoke import scaled, summary, verdict
+from bake import baked_exporter
 from bench_export import RANKS, build_batches, step_time_payload
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from payloads import envelope as build_envelope
 from traceml_exporter_sdk import RECORD_TYPES
-from traceml_exporter_sdk._backfill import TABLE_BY_STREAM
+from traceml_exporter_sdk._bridge.sqlite_source import TABLE_BY_STREAM
 
 CLI = [sys.executable, "-m", "traceml_exporter_sdk.cli"]
 

@@ -11,7 +11,7 @@ import pytest
 from cli_helpers import all_stream_payloads, error_lines, read_export, run_cli, write_jsonl
 from jsonschema import Draft202012Validator
 from traceml_exporter_sdk import RECORD_TYPES
-from traceml_exporter_sdk._schema import FIELD_NOTES, missing_notes
+from traceml_exporter_sdk.cli.record_schema import FIELD_NOTES, missing_notes
 from traceml_exporter_sdk.streams import ALL_STREAMS
 
 

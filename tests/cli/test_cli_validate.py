@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import error_lines, run_cli
-from traceml_exporter_sdk._settings import NESTED, ConfigError, parse_flat_yaml
+from traceml_exporter_sdk.cli.settings import NESTED, ConfigError, parse_flat_yaml
 
 HIDE_YAML = "import sys\nsys.modules['yaml'] = None"
 

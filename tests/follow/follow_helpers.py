@@ -1,17 +1,16 @@
 """What the follower's tests share: start ``traceml-exporter follow`` as its own process,
-and read what it exported and bookmarked."""
+and read what it exported (its bookmark and status: ``follow_files.py``)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from child_env import child_env
 from traceml_exporter_sdk.records import Record
 from traceml_exporter_sdk.testing.readback import jsonl_parts
 
@@ -59,7 +58,7 @@ def follow(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(FAILING.parent), **env},
+        env=child_env([FAILING.parent], **env),
     )
 
 
@@ -102,30 +101,6 @@ def expected(batches: Sequence[Sequence[Record]]) -> dict[str, list[dict[str, An
         for record in batch:
             out.setdefault(record.STREAM, []).append(record.to_dict())
     return out
-
-
-def bookmark(root: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads((root / "aggregator/follow/bookmark.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data
-
-
-def wait_for(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
-def status(root: Path) -> dict[str, Any]:
-    """The follower's ``status.json`` ({} while there is none)."""
-    try:
-        data: dict[str, Any] = json.loads((root / "aggregator/follow/status.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return data
 
 
 def catches(process: subprocess.Popen[str], signum: int) -> bool:

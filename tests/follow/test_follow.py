@@ -20,19 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from follow_files import bookmark, status
 from follow_helpers import (
     EXIT_INCOMPLETE,
     EXIT_INPUT,
     EXIT_INTERRUPTED,
     EXIT_PERMANENT,
-    bookmark,
     expected,
     exported,
     finish,
     follow,
-    status,
-    wait_for,
 )
+from waiting import wait_for
 from writer050 import Writer050, corpus_records_050, step_records
 
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 from traceml_exporter_sdk import ExporterContext, ExportWorker
-from traceml_exporter_sdk._backfill import PAGE_ROWS
-from traceml_exporter_sdk._follow import follower as follower_module
-from traceml_exporter_sdk._follow.database import connect
-from traceml_exporter_sdk._follow.follower import PASS_S, REREAD_S, Follower
-from traceml_exporter_sdk._follow.ledger import Ledger
-from traceml_exporter_sdk._follow.run import RunFolder
-from traceml_exporter_sdk._follow.status import RunStatus
+from traceml_exporter_sdk._bridge.follow import follower as follower_module
+from traceml_exporter_sdk._bridge.follow.database import connect
+from traceml_exporter_sdk._bridge.follow.follower import PASS_S, REREAD_S, Follower
+from traceml_exporter_sdk._bridge.follow.ledger import Ledger
+from traceml_exporter_sdk._bridge.follow.run import RunFolder
+from traceml_exporter_sdk._bridge.follow.status import RunStatus
+from traceml_exporter_sdk._bridge.sqlite_source import PAGE_ROWS
 from traceml_exporter_sdk.testing import corpus_records
 from writer050 import Writer050
 

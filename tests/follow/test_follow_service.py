@@ -5,7 +5,6 @@ says at once. Against ``writer050`` (a writer of TraceML 0.5.0's database, this 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -17,20 +16,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from child_env import child_env
+from follow_files import bookmark, status
 from follow_helpers import (
     EXIT_EXPORT,
     EXIT_INPUT,
     EXIT_INTERRUPTED,
     EXIT_LOCKED,
     EXIT_PERMANENT,
-    bookmark,
     catches,
     exported,
     finish,
     follow,
-    status,
-    wait_for,
 )
+from waiting import wait_for
 from writer050 import Writer050, step_records
 
 FLAKY = "failing_exporter:make_flaky"
@@ -328,7 +327,7 @@ def test_follow_and_a_backfill_into_the_run_give_one_absolute_session_root(
     run.close()
     relative = run.root.relative_to(tmp_path)
     command = [sys.executable, "-m", "traceml_exporter_sdk.cli"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env = child_env([Path(__file__).parent])
     spec = "failing_exporter:make_probe"
     followed = subprocess.run(
         [*command, "follow", spec, "--session-root", str(relative), "--progress-interval", "0"],

@@ -15,7 +15,7 @@ from traceml_ai.aggregator.sqlite_writers import (
     step_time,
     system,
 )
-from traceml_exporter_sdk._backfill import TABLE_BY_STREAM
+from traceml_exporter_sdk._bridge.sqlite_source import TABLE_BY_STREAM
 from writer050 import Writer050
 
 WRITERS = [runtime_environment, system, process, step_time, step_memory, stdout_stderr]

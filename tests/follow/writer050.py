@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from traceml_exporter_sdk._backfill import TABLE_BY_STREAM
+from traceml_exporter_sdk._bridge.sqlite_source import TABLE_BY_STREAM
 from traceml_exporter_sdk.records import RECORD_TYPES, Record
 
 RENAMED = {"observed_timestamp_unix_ns": "recv_ts_ns", "timestamp_unix_ns": "sample_ts_s"}

@@ -20,7 +20,7 @@ from traceml_ai.aggregator.sqlite_writers import (
 )
 from traceml_ai.telemetry.envelope import normalize_telemetry_envelope
 from traceml_exporter_sdk import records_from_payload
-from traceml_exporter_sdk._projection import TABLE_RECORDS
+from traceml_exporter_sdk._build.projection import TABLE_RECORDS
 
 # TraceML's writer order (aggregator/sqlite_writer.py _PROJECTION_WRITERS).
 WRITERS: list[ModuleType] = [

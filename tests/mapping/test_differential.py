@@ -44,7 +44,7 @@ from oracle import (
 )
 from payloads import meta
 from traceml_exporter_sdk import records_from_payload
-from traceml_exporter_sdk._projection import TABLE_RECORDS
+from traceml_exporter_sdk._build.projection import TABLE_RECORDS
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

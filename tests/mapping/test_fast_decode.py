@@ -1,4 +1,4 @@
-"""``fastdecode``: a JSON line straight to records with msgspec, against the usual way.
+"""``msgspec_lines``: a JSON line straight to records with msgspec, against the usual way.
 
 The usual way is ``PayloadReader.decode_line`` (orjson, or json for NaN and long
 integers) and then ``records_from_payload``. For every line the fast mapper either
@@ -27,12 +27,12 @@ from traceml_exporter_sdk import (
     ExporterContext,
     ExportWorker,
     RecordBatch,
-    _sqlite_rows,
     records_from_payload,
 )
-from traceml_exporter_sdk._fastdecode import line_mapper
-from traceml_exporter_sdk._replay import PayloadReader
-from traceml_exporter_sdk._sqlite_rows import RowConverter
+from traceml_exporter_sdk._bridge import sqlite_rows
+from traceml_exporter_sdk._bridge.sqlite_rows import RowConverter
+from traceml_exporter_sdk._build.msgspec_lines import line_mapper
+from traceml_exporter_sdk._export.payload_files import PayloadReader
 from traceml_exporter_sdk.streams import ALL_STREAMS
 from traceml_exporter_sdk.testing import load_corpus
 from traceml_exporter_sdk.worker import NO_PAYLOAD
@@ -166,7 +166,7 @@ def test_without_msgspec_replay_decodes_the_usual_way(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setitem(sys.modules, "msgspec", None)  # import msgspec raises ImportError
-    monkeypatch.delitem(sys.modules, "traceml_exporter_sdk._step_structs", raising=False)
+    monkeypatch.delitem(sys.modules, "traceml_exporter_sdk._build.step_structs", raising=False)
     assert line_mapper(ALL_STREAMS) is None
     path = tmp_path / "p.jsonl"
     path.write_bytes(orjson.dumps(load_corpus()[0]) + b"\n")
@@ -206,11 +206,11 @@ def test_backfill_events_json_fast_equals_careful(events: Any, sort_keys: bool) 
     except (TypeError, ValueError):
         return
     fast = outcome(text)
-    careful_fast, _sqlite_rows._FAST_DECODE = _sqlite_rows._FAST_DECODE, None
+    careful_fast, sqlite_rows._FAST_DECODE = sqlite_rows._FAST_DECODE, None
     try:
         careful = outcome(text)
     finally:
-        _sqlite_rows._FAST_DECODE = careful_fast
+        sqlite_rows._FAST_DECODE = careful_fast
     assert fast == careful
 
 
@@ -243,11 +243,11 @@ def test_backfill_events_keep_the_texts_key_order() -> None:
     text = json.dumps({"step": {"cpu": stats}})
     [fast] = RowConverter("step_time").records([(*STEP_ROW, text)], pytest.fail)
     assert list(fast.events["step"]["cpu"]) == list(stats)  # type: ignore[attr-defined]
-    careful_fast, _sqlite_rows._FAST_DECODE = _sqlite_rows._FAST_DECODE, None
+    careful_fast, sqlite_rows._FAST_DECODE = sqlite_rows._FAST_DECODE, None
     try:
         [careful] = RowConverter("step_time").records([(*STEP_ROW, text)], pytest.fail)
     finally:
-        _sqlite_rows._FAST_DECODE = careful_fast
+        sqlite_rows._FAST_DECODE = careful_fast
     order = ["is_gpu", "duration_ms", "cpu_ms", "gpu_ms", "n_calls"]
     assert list(careful.events["step"]["cpu"]) == order  # type: ignore[attr-defined]
     assert fast == careful

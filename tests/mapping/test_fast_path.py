@@ -1,4 +1,4 @@
-"""The mapper's fast path (_fastpath.py) against its careful path (_projection.py).
+"""The mapper's fast path (fast_builders.py) against its careful path (projection.py).
 
 ``records_from_payload`` builds each envelope with the per-table fast builder and
 falls back to the careful projection when that raises. With the fast builders
@@ -27,7 +27,7 @@ from near_typed import (
 )
 from oracle import payloads
 from traceml_exporter_sdk import records_from_payload
-from traceml_exporter_sdk._fastpath import FAST_BUILDERS
+from traceml_exporter_sdk._build.fast_builders import FAST_BUILDERS
 from traceml_exporter_sdk.testing import load_corpus
 
 pytestmark = pytest.mark.filterwarnings("ignore:__int__ returned non-int:DeprecationWarning")

@@ -23,7 +23,7 @@ from traceml_exporter_sdk import (
     SystemRecord,
     records_from_payload,
 )
-from traceml_exporter_sdk import _projection as projection_module
+from traceml_exporter_sdk._build import projection as projection_module
 
 mapping_module = importlib.import_module("traceml_exporter_sdk.mapping")
 

@@ -1,7 +1,7 @@
 """Rows of a SQLite table taken as they are equal the same rows coerced field by field.
 
 The backfill builds a record straight from a row whose values are all of their
-fields' types (``_sqlite_rows.RowConverter``: a whole page checked column by
+fields' types (``sqlite_rows.RowConverter``: a whole page checked column by
 column, else learnt per tuple of value types) and coerces any other. Any value of
 any SQLite type in any column, in both table layouts: the record built that way is
 the one the per-field coercers build.
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from traceml_exporter_sdk import _sqlite_rows
-from traceml_exporter_sdk._backfill import TABLE_BY_STREAM, open_database
-from traceml_exporter_sdk._sqlite_rows import RowConverter
+from traceml_exporter_sdk._bridge import sqlite_rows
+from traceml_exporter_sdk._bridge.sqlite_rows import RowConverter
+from traceml_exporter_sdk._bridge.sqlite_source import TABLE_BY_STREAM, open_database
 from traceml_exporter_sdk.records import RECORD_TYPES
 
 # The values that are nearly of a field's type come first: 1.0 for an int, "1" for
@@ -148,8 +148,8 @@ def test_only_rows_that_need_it_are_coerced(
     """A row of its fields' own types with flags 0 or 1 is not coerced (the value checks
     read the right columns); one with a flag of 2 is, to None."""
     calls: list[int] = []
-    coerce = _sqlite_rows._coerce
-    monkeypatch.setattr(_sqlite_rows, "_coerce", lambda *args: calls.append(1) or coerce(*args))
+    coerce = sqlite_rows._coerce
+    monkeypatch.setattr(sqlite_rows, "_coerce", lambda *args: calls.append(1) or coerce(*args))
     typed = typed_row(record_type, "contract")
     row = (1, *(typed[name] for name in plain(record_type)))
     if record_type.STREAM == "step_time":

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from traceml_exporter_sdk.testing import postgres_server as peer
+from traceml_exporter_sdk.testing.peers import postgres_server as peer  # monkeypatched
 from traceml_exporter_sdk.testing.postgres_server import (
     HOW_TO_GET_A_SERVER,
     PostgresServer,

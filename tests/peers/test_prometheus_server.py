@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from traceml_exporter_sdk.testing import prometheus_server as peer
+from traceml_exporter_sdk.testing.peers import prometheus_server as peer  # monkeypatched
 from traceml_exporter_sdk.testing.prometheus_server import (
     HOW_TO_GET_A_SERVER,
     MetricsServer,

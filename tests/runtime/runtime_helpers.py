@@ -179,15 +179,6 @@ def warning_of(ctx: ExporterContext) -> dict[str, Any]:
     return block
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Poll until ``predicate()``; fail the test (not hang it) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.002)
-
-
 @dataclass
 class Call:
     method: str

@@ -24,7 +24,6 @@ from runtime_helpers import (
     failing_setting,
     recording_factory,
     step_payload,
-    wait_for,
     warning_of,
 )
 from traceml_exporter_sdk import (
@@ -33,6 +32,7 @@ from traceml_exporter_sdk import (
     StepTimeRecord,
     records_from_payload,
 )
+from waiting import wait_for
 
 LONG = 3600.0  # a flush interval that never passes during a test
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from runtime_helpers import context, step_payload, wait_for, warning_of
+from runtime_helpers import context, step_payload, warning_of
 from traceml_exporter_sdk import ExporterContext, ExportWorker
+from waiting import wait_for
 
 
 class UnprintableError(Exception):

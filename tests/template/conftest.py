@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from template_helpers import DEFAULT_SINK, SINKS, TEMPLATE, bake
+from bake import bake
+from template_helpers import DEFAULT_SINK, SINKS, TEMPLATE
 
 MLFLOW_PEER_ENV = "TRACEML_MLFLOW_PEER_URL"
 MLFLOW_SERVER_MODULE = (
@@ -89,7 +90,7 @@ def baked(
             raise pytest.UsageError("--baked needs exactly one --sink, the one it was baked with")
         yield given.resolve()
         return
-    yield bake(tmp_path_factory.mktemp(f"baked-{sink}"), f"sink={sink}")
+    yield bake(tmp_path_factory.mktemp(f"baked-{sink}"), sink=sink)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -1,4 +1,5 @@
-"""Helpers of the template tests: bake with cookiecutter, run tools, list files."""
+"""Helpers of the template tests: run the cookiecutter command, run tools, list files
+(a bake is ``bake.py``'s, shared with the benchmarks)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bake import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template"
 TEMPLATE_CONFIG: dict[str, Any] = json.loads((TEMPLATE / "cookiecutter.json").read_text("utf-8"))
 SINKS: list[str] = list(TEMPLATE_CONFIG["sink"])
@@ -101,36 +102,6 @@ def cookiecutter(
         input=input,
         env={**os.environ, "HOME": str(home)},
     )
-
-
-def generate(output: Path, template: Path = ROOT, **variables: str) -> Path:
-    """Bake in this process through cookiecutter's API (no interpreter start-up per bake).
-
-    Raises ``cookiecutter.exceptions.FailedHookException`` when a hook refuses;
-    the hook's own message goes to this process's stderr (use ``capfd``).
-    """
-    from cookiecutter.main import cookiecutter as run_cookiecutter
-
-    output.mkdir(parents=True, exist_ok=True)
-    return Path(
-        run_cookiecutter(
-            str(template),
-            no_input=True,
-            extra_context=variables or None,
-            output_dir=str(output),
-            default_config=True,
-            accept_hooks=True,
-        )
-    )
-
-
-def bake(output: Path, *variables: str, template: Path = ROOT) -> Path:
-    """Bake one project (no prompts) and return its folder; fail the test with cookiecutter's output."""
-    result = cookiecutter(output, *variables, template=template)
-    if result.returncode != 0:
-        pytest.fail(f"cookiecutter failed:\n{result.stdout}\n{result.stderr}")
-    (project,) = output.iterdir()
-    return project
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -6,15 +6,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from template_helpers import ROOT, files_of, generate, project_env, run
+from bake import bake
+from template_helpers import ROOT, files_of, project_env, run
 
 
 def test_bake_from_a_clean_clone(tmp_path: Path, sink: str) -> None:
     clone = tmp_path / "clone"
     cloned = run(["git", "clone", "--quiet", ROOT, clone])
     assert cloned.returncode == 0, cloned.stderr
-    from_clone = generate(tmp_path / "from-clone", template=clone, sink=sink)
-    from_tree = generate(tmp_path / "from-tree", sink=sink)
+    from_clone = bake(tmp_path / "from-clone", template=clone, sink=sink)
+    from_tree = bake(tmp_path / "from-tree", sink=sink)
     assert files_of(from_clone) == files_of(from_tree), (
         "the working tree's template bakes files that a clone of HEAD does not: "
         "commit (git add) every file the template needs"

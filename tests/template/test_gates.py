@@ -13,7 +13,8 @@ from pathlib import Path
 
 import gates
 import pytest
-from template_helpers import DEFAULT_PACKAGE, generate
+from bake import bake
+from template_helpers import DEFAULT_PACKAGE
 
 pytestmark = pytest.mark.sink_independent
 
@@ -22,7 +23,7 @@ WORKFLOW = Path(".github", "workflows", "ci.yml")
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return generate(tmp_path_factory.mktemp("pristine"))
+    return bake(tmp_path_factory.mktemp("pristine"))
 
 
 @pytest.fixture

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import gates
 import pytest
+from bake import bake
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from template_helpers import (
     DEFAULT_PACKAGE,
     ROOT,
     files_of,
-    generate,
     project_env,
     read_toml,
     run,
@@ -268,7 +268,7 @@ def break_sink(context: ExporterContext) -> None:
 @pytest.mark.sink_independent
 def test_the_sinks_own_hooks_replace_the_suites_defaults(tmp_path: Path) -> None:
     """``break_sink``/``broken_context`` in ``tests/sink_support.py`` reach the suite."""
-    project = generate(tmp_path / "out")
+    project = bake(tmp_path / "out")
     support = project / "tests" / "sink_support.py"
     support.write_text(support.read_text("utf-8") + HOOKS, "utf-8")
     log = tmp_path / "hooks.log"
@@ -289,7 +289,7 @@ def test_the_sinks_own_hooks_replace_the_suites_defaults(tmp_path: Path) -> None
     [("Apache-2.0", "Apache License"), ("MIT", "MIT License"), ("BSD-3-Clause", "BSD 3-Clause")],
 )
 def test_license_text_and_metadata(tmp_path: Path, license_id: str, first_line: str) -> None:
-    project = generate(tmp_path, license=license_id, author_name="Ada Lovelace")
+    project = bake(tmp_path, license=license_id, author_name="Ada Lovelace")
     text = (project / "LICENSE").read_text("utf-8")
     assert text.lstrip().startswith(first_line)
     if license_id != "Apache-2.0":
@@ -302,14 +302,14 @@ def test_license_text_and_metadata(tmp_path: Path, license_id: str, first_line: 
 @pytest.mark.sink_independent
 def test_quotes_in_answers_keep_pyproject_valid(tmp_path: Path) -> None:
     author = 'Ann O\'Brien "AB" \\'
-    project = generate(tmp_path, author_name=author, author_email="a@example.com")
+    project = bake(tmp_path, author_name=author, author_email="a@example.com")
     pyproject = read_toml(project / "pyproject.toml")
     assert pyproject["project"]["authors"] == [{"name": author, "email": "a@example.com"}]
 
 
 @pytest.mark.sink_independent
 def test_minimum_python_flows_everywhere(tmp_path: Path) -> None:
-    project = generate(tmp_path, python_min="3.12")
+    project = bake(tmp_path, python_min="3.12")
     pyproject = read_toml(project / "pyproject.toml")
     assert pyproject["project"]["requires-python"] == ">=3.12"
     assert pyproject["tool"]["mypy"]["python_version"] == "3.12"
@@ -322,7 +322,7 @@ def test_minimum_python_flows_everywhere(tmp_path: Path) -> None:
 
 @pytest.mark.sink_independent
 def test_names_flow_from_the_project_name(tmp_path: Path) -> None:
-    project = generate(tmp_path, project_name="Kafka Sink")
+    project = bake(tmp_path, project_name="Kafka Sink")
     assert project.name == "traceml-exporter-kafka-sink"
     package = project / "src" / "traceml_exporter_kafka_sink"
     assert "class KafkaSinkExporter" in (package / "exporter.py").read_text("utf-8")

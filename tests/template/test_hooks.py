@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bake import bake
 from cookiecutter.exceptions import FailedHookException
 from template_helpers import (
     DEFAULT_PACKAGE,
@@ -20,7 +21,6 @@ from template_helpers import (
     TEMPLATE_CONFIG,
     cookiecutter,
     files_of,
-    generate,
     template_sources,
 )
 
@@ -38,7 +38,7 @@ def refused(tmp_path: Path, capfd: pytest.CaptureFixture[str], **variables: str)
     """Bake with ``variables``, expect the hook to refuse, return what it printed."""
     output = tmp_path / "out"
     with pytest.raises(FailedHookException):
-        generate(output, **variables)
+        bake(output, **variables)
     stderr = capfd.readouterr().err
     assert stderr.count(MESSAGE) == 1, stderr
     assert_nothing_generated(tmp_path, output)
@@ -110,7 +110,7 @@ def test_the_cli_shows_the_message_and_exits_1(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", ["my_exporter", "Exporter2", "_private_sink"])
 def test_good_package_names_are_accepted(tmp_path: Path, value: str) -> None:
-    project = generate(tmp_path / "out", package_name=value)
+    project = bake(tmp_path / "out", package_name=value)
     assert (project / "src" / value / "exporter.py").is_file()
     assert project.name == DEFAULT_SLUG
 
@@ -191,7 +191,7 @@ def test_rebaking_over_an_existing_project_with_overwrite(tmp_path: Path) -> Non
     """``cookiecutter -f`` (and ``traceml-exporter new -f``) over a baked project works."""
     from cookiecutter.main import cookiecutter as run_cookiecutter
 
-    first = generate(tmp_path / "out", author_name="First", sink=SINKS[0], license="MIT")
+    first = bake(tmp_path / "out", author_name="First", sink=SINKS[0], license="MIT")
     files = files_of(first)
     second = run_cookiecutter(
         str(ROOT),
@@ -204,9 +204,7 @@ def test_rebaking_over_an_existing_project_with_overwrite(tmp_path: Path) -> Non
     assert Path(second) == first
     assert "Second" in (first / "pyproject.toml").read_text(encoding="utf-8")
     assert (first / "LICENSE").read_text(encoding="utf-8").startswith("BSD 3-Clause")
-    fresh = generate(
-        tmp_path / "fresh", author_name="Second", sink=SINKS[-1], license="BSD-3-Clause"
-    )
+    fresh = bake(tmp_path / "fresh", author_name="Second", sink=SINKS[-1], license="BSD-3-Clause")
     # every sink bakes the common names; a sink's own extra modules (otlp's) are added
     assert files_of(first) == sorted(set(files) | set(files_of(fresh)))
     for name in files_of(fresh):
@@ -248,7 +246,7 @@ def _shown(value: str) -> str:
 def test_a_project_name_with_safe_punctuation_bakes_a_valid_package(
     tmp_path: Path, value: str
 ) -> None:
-    project = generate(tmp_path / "out", project_name=value, package_name="my_sink")
+    project = bake(tmp_path / "out", project_name=value, package_name="my_sink")
     init = project / "src" / "my_sink" / "__init__.py"
     tree = ast.parse(init.read_text(encoding="utf-8"))
     assert (ast.get_docstring(tree) or "").startswith(f"The {value} exporter")

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from template_helpers import ROOT, generate, run
+from bake import bake
+from template_helpers import ROOT, run
 
 LOAD = r"""
 import sys
@@ -30,7 +31,7 @@ print(type(exporter).__name__, module.__file__)
 def not_installed(sink: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A project baked under a package name that nothing installed: (its src, its spec)."""
     package = f"pythonpath_only_{sink}"
-    project = generate(tmp_path_factory.mktemp("pythonpath"), sink=sink, package_name=package)
+    project = bake(tmp_path_factory.mktemp("pythonpath"), sink=sink, package_name=package)
     return project / "src", f"{package}.exporter:make_exporter"
 
 

@@ -22,15 +22,17 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceml_exporter_sdk._backfill import TABLE_BY_STREAM, open_database
+from child_env import child_env
+from follow_files import bookmark
+from traceml_exporter_sdk._bridge.sqlite_source import TABLE_BY_STREAM, open_database
 from traceml_exporter_sdk.records import RECORD_TYPES
 from traceml_exporter_sdk.testing.readback import jsonl_parts
+from waiting import wait_for
 
 HERE = Path(__file__).parent
 TRAIN = HERE / "train_tiny.py"
@@ -69,10 +71,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    env.update(extra)
-    return env
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+"""Set for every run and follower: two cores are shared by several at once."""
 
 
 @dataclass
@@ -110,8 +110,9 @@ class Run:
             STARTED.append(self)
             wait_for(
                 lambda: READY in self.tail(200) or self.process.poll() is not None,  # type: ignore[union-attr]
-                60,
                 f"the aggregator of {self.name} to listen",
+                60,
+                every=0.1,
             )
         return self
 
@@ -130,12 +131,15 @@ class Run:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self.logs,
-                env=_env(
-                    TRAIN_STEPS=str(self.steps),
-                    TRAIN_STEP_SLEEP=str(self.step_sleep),
-                    TRAIN_STOP_FILE=str(self.stop_file),
-                    TRAIN_RESUME_FILE=str(self.resume_file),
-                    **self.env,
+                env=child_env(
+                    **{
+                        **ONE_THREAD,
+                        "TRAIN_STEPS": str(self.steps),
+                        "TRAIN_STEP_SLEEP": str(self.step_sleep),
+                        "TRAIN_STOP_FILE": str(self.stop_file),
+                        "TRAIN_RESUME_FILE": str(self.resume_file),
+                        **self.env,
+                    }
                 ),
                 start_new_session=True,
             )
@@ -202,14 +206,13 @@ class Follow:
         # --wait: a run may queue for STARTING behind several others (the modules' runs at once)
         command += ["--wait", "240", "--progress-interval", "0", *self.args]
         # the failing exporters' folder first; a baked sink's src (nox) stays on the path
-        path = os.pathsep.join(p for p in (str(FAILING.parent), os.environ.get("PYTHONPATH")) if p)
         self.process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
-            env=_env(PYTHONPATH=path, **self.env),
+            env=child_env([FAILING.parent], **{**ONE_THREAD, **self.env}),
         )
         STARTED.append(self)
         return self
@@ -269,17 +272,6 @@ def real_outcome(scenarios: dict[str, Future[Outcome]], name: str) -> Outcome:
     return scenarios[name].result(timeout=900)
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
-
-
 def _ppid_and_pgid(pid: int) -> tuple[int, int] | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -331,23 +323,6 @@ def reap() -> list[str]:
                 process.wait(30)
     STARTED.clear()
     return left
-
-
-def bookmark(root: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads((root / "aggregator/follow/bookmark.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data
-
-
-def status(root: Path) -> dict[str, Any]:
-    """The follower's ``status.json`` of the run ``root`` ({} while there is none)."""
-    try:
-        data: dict[str, Any] = json.loads((root / "aggregator/follow/status.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return data
 
 
 def scrape(port: int, path: str = "/metrics") -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from follow_files import bookmark
 from realrun import (
     CAPTURE,
     EXIT_INCOMPLETE,
@@ -34,7 +35,6 @@ from realrun import (
     Follow,
     Run,
     assert_traceml_outcome,
-    bookmark,
     database_rows,
     exported,
     highest_ids,
@@ -42,9 +42,9 @@ from realrun import (
     run_files,
     same,
     traceml_binary,
-    wait_for,
 )
 from traceml_exporter_sdk import records_from_payload
+from waiting import wait_for
 
 STEPS = 200
 """A few hundred steps: 15-45 s a run on two cores, depending on what else runs."""
@@ -103,8 +103,9 @@ def scenario_kill_restart(tmp: Path) -> Outcome:
     first = Follow(run.root).start()
     wait_for(
         lambda: any((bookmark(run.root) or {}).get("last_id", {}).values()),
-        120,
         "a first bookmark",
+        120,
+        every=0.1,
     )
     assert run.process is not None
     assert run.process.poll() is None, "the run ended before the kill"
@@ -140,8 +141,9 @@ def scenario_killed_run(tmp: Path) -> Outcome:
     try:
         wait_for(
             lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"),
-            120,
             "step rows exported (training under way)",
+            120,
+            every=0.1,
         )
         assert run.process is not None
         killed = kill_tree(run.process.pid)

@@ -21,6 +21,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from follow_files import bookmark, status
 from psycopg import sql
 from realrun import (
     EXIT_INTERRUPTED,
@@ -29,12 +30,9 @@ from realrun import (
     Outcome,
     Run,
     assert_traceml_outcome,
-    bookmark,
     database_rows,
     real_outcome,
-    status,
     training,
-    wait_for,
 )
 from realsinks import (
     MlflowPeer,
@@ -51,6 +49,7 @@ from realsinks import (
 )
 from traceml_exporter_sdk.testing.postgres_server import postgres_server
 from traceml_exporter_sdk.testing.prometheus_server import prometheus_server
+from waiting import wait_for
 
 OUTAGE_S = 30.0
 """How long each server is down (the issue's 30 s)."""
@@ -72,7 +71,9 @@ def down_then_up(runs: list[Run], stop: Any, start: Any) -> dict[str, float]:
     ``TRAINING_AFTER_S`` later (and end); ``start()`` ``OUTAGE_S`` after ``stop()``.
     Returns the Unix times the outage began and the start began."""
     for run in runs:
-        wait_for(lambda run=run: training(run), 180, f"{run.name} to train, rows acknowledged")
+        wait_for(
+            lambda run=run: training(run), f"{run.name} to train, rows acknowledged", 180, every=0.1
+        )
     down = time.time()
     stop()
     time.sleep(max(0.0, down + TRAINING_AFTER_S - time.time()))
@@ -103,7 +104,12 @@ def scenario_postgres(tmp: Path) -> Outcome:
 
         def stop() -> None:
             server.stop()
-            wait_for(lambda: status(term.root).get("state") == "sink-down", 60, "term: sink-down")
+            wait_for(
+                lambda: status(term.root).get("state") == "sink-down",
+                "term: sink-down",
+                60,
+                every=0.1,
+            )
             time.sleep(3)  # in the backoff, or a try of the sink's
             extra["term_took"] = term_follow.signal(signal.SIGTERM)
             extra["term_bookmark"] = bookmark(term.root)

@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from follow_files import bookmark, status
 from realrun import (
     EXIT_LOCKED,
     EXIT_OK,
@@ -27,17 +28,15 @@ from realrun import (
     Outcome,
     Run,
     assert_traceml_outcome,
-    bookmark,
     database_rows,
     exported,
     free_port,
     real_outcome,
     scrape,
-    status,
     training,
-    wait_for,
 )
 from realsinks import assert_every_row_once_or_resent
+from waiting import wait_for
 
 IDLE_TIMEOUT = 6.0
 PAUSE_AT = 60
@@ -70,8 +69,9 @@ def scenario_logs_dir(tmp: Path) -> Outcome:
     extra: dict[str, Any] = {}
     wait_for(
         lambda: step_rows(paused) >= PAUSE_AT and training(steady) and training(paused),
-        180,
         "paused in its pause, steady training, the rows before acknowledged",
+        180,
+        every=0.1,
     )
     extra["metrics"] = scrape(port)
     extra["healthz"] = scrape(port, "/healthz")
@@ -89,7 +89,12 @@ def scenario_logs_dir(tmp: Path) -> Outcome:
     for run in runs:
         run.wait()
         assert_traceml_outcome(run, tmp / "alone" / run.name)
-    wait_for(lambda: all(status(run.root).get("end") for run in runs), 60, "both follows to end")
+    wait_for(
+        lambda: all(status(run.root).get("end") for run in runs),
+        "both follows to end",
+        60,
+        every=0.1,
+    )
     extra["took"] = again.signal(signal.SIGTERM)
     return Outcome(runs, [first, second, again], extra)
 

@@ -1,13 +1,13 @@
 """``records_from_payload``: one admitted telemetry payload -> a RecordBatch.
 
-Two paths build the records of an envelope, both from the coercions of ``_coerce``:
+Two paths build the records of an envelope, both from the coercions of ``_build.coerce``:
 
-- the fast path (``fastpath``): each shipped sampler's builder fills the records
+- the fast path (``_build.fast_builders``): each shipped sampler's builder fills the records
   straight from the row dicts, taking values that already have their field's type
   as they are. It runs first for every envelope whose sampler's projection is the
   shipped one. A builder that raises has its records removed, and the envelope
   goes the careful way;
-- the careful path (``projection``): the projection builds row tuples exactly as
+- the careful path (``_build.projection``): the projection builds row tuples exactly as
   TraceML's SQLite writers do, then each row becomes its record. It is the
   reference (``tests/mapping/test_differential.py`` holds it equal to traceml-ai 0.5.0's
   writers, ``tests/mapping/test_fast_path.py`` the fast path equal to it), and it decides
@@ -15,8 +15,8 @@ Two paths build the records of an envelope, both from the coercions of ``_coerce
   ``PROJECTION_BY_SAMPLER`` is not the shipped one (``shipped[0] is projection``
   below): a test that patches a projection gets exactly what it patched.
 
-The msgspec decoder of ``replay --payloads`` (``fastdecode``) and the SQLite rows
-(``_sqlite_rows``: backfill and follow) are two more ways in, with the same coercions.
+The msgspec decoder of ``replay --payloads`` (``_build.msgspec_lines``) and the SQLite
+rows (``_bridge.sqlite_rows``: backfill and follow) are two more ways in, with the same coercions.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from ._fastpath import FAST_BUILDERS, FastBuilder
-from ._projection import (
+from ._build.fast_builders import FAST_BUILDERS, FastBuilder
+from ._build.projection import (
     PROJECTION_BY_SAMPLER,
     TABLE_RECORDS,
     Projection,

@@ -51,7 +51,7 @@ from itertools import compress
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from ._report import (
+from ._export.report import (
     WARNING_FILE,
     ExportFailure,
     ExportReport,

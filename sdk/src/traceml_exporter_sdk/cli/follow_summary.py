@@ -19,7 +19,7 @@ from .exit_codes import (
 from .replay_summary import bad_row_lines, location_lines, per_stream_lines, source_lines, summarize
 
 if TYPE_CHECKING:
-    from .._follow import FollowResult, RunFolder
+    from .._bridge.follow import FollowResult, RunFolder
     from ..worker import ExportWorker
 
 __all__ = ["ENDS", "end_message", "follow_summary", "leave_the_truth"]
@@ -52,7 +52,7 @@ def leave_the_truth(result: FollowResult, folder: RunFolder, message: str) -> No
     """Write the follower's ``finalization_warning.json`` when something is lost or
     unfinished; remove an earlier one when this follow ended complete with nothing lost
     (earlier failures it recovered from are history in ``status.json``)."""
-    from .._follow import record_follow
+    from .._bridge.follow import record_follow
 
     source = result.source
     incomplete = result.end in ("aggregator-gone", "idle") or result.pruned_rows > 0

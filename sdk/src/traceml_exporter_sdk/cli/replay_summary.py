@@ -16,8 +16,8 @@ from .errors import error_line
 from .exit_codes import EXIT_EXPORT, EXIT_INTERRUPTED, EXIT_OK
 
 if TYPE_CHECKING:
-    from .._backfill import SqliteSource
-    from .._feeding import Stop
+    from .._bridge.sqlite_source import SqliteSource
+    from .._export.feeding import Stop
     from ..worker import ExportReport, ExportWorker
 
 __all__ = [
@@ -87,7 +87,7 @@ def end_replay(
 
     After a stall the exporter has already had ``timeout`` seconds: shut down at once.
     """
-    from .._feeding import Stop, record_stop, shut_down
+    from .._export.feeding import Stop, record_stop, shut_down
 
     report, pressed = shut_down(worker, 0.0 if stop and stop.kind == "stalled" else timeout)
     if pressed and stop is None:

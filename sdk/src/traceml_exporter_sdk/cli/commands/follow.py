@@ -1,4 +1,4 @@
-"""``traceml-exporter follow``: export live TraceML 0.5.0 runs as they happen (``_follow``):
+"""``traceml-exporter follow``: export live TraceML 0.5.0 runs as they happen (``_bridge.follow``):
 one run (``--session-root``) or every run of a logs folder (``--logs-dir``)."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from ..parser import add_command
 from ..replay_summary import no_table_message
 
 if TYPE_CHECKING:
-    from ..._follow import RunFolder
-    from ..._follow.service import FollowJob, FollowSettings, Reporter
+    from ..._bridge.follow import RunFolder
+    from ..._bridge.follow.service import FollowJob, FollowSettings, Reporter
 
 __all__ = ["add_parser", "cmd_follow"]
 
@@ -137,7 +137,7 @@ def wait_for_run(root: Path, wait: float, stop: threading.Event | None = None) -
     Raises:
         CliError: still missing after ``wait`` seconds (one line: which part, and what is accepted).
     """
-    from ..._follow import RunFolder, ended_without_telemetry, runs_under
+    from ..._bridge.follow import RunFolder, ended_without_telemetry, runs_under
 
     folder = RunFolder.at(root)
     deadline = time.monotonic() + wait
@@ -194,8 +194,8 @@ class _Signals:
 
 
 def _settings(args: argparse.Namespace, spec: str, streams: str) -> FollowSettings:
-    from ..._follow import Backoff
-    from ..._follow.service import FollowSettings
+    from ..._bridge.follow import Backoff
+    from ..._bridge.follow.service import FollowSettings
 
     for name in ("flush_interval", "shutdown_timeout", "idle_timeout", "max_outage"):
         _positive(f"--{name.replace('_', '-')}", getattr(args, name), infinite=True)
@@ -244,7 +244,7 @@ def _metrics(args: argparse.Namespace, statuses: Any) -> Any:
     if args.metrics_port is None:
         return None
     try:
-        from ..._follow.metrics import serve_metrics
+        from ..._bridge.follow.metrics import serve_metrics
 
         server = serve_metrics(args.metrics_host, args.metrics_port, statuses)
     except ImportError:
@@ -271,7 +271,7 @@ def _stderr_line(line: str) -> None:
 
 
 def cmd_follow(args: argparse.Namespace, out: TextIO) -> int:
-    from ..._follow.service import Reporter
+    from ..._bridge.follow.service import Reporter
 
     spec = check_spec(args.spec)
     streams = check_streams(args.streams)
@@ -293,8 +293,8 @@ def _follow_one(
     reporter: Reporter,
     out: TextIO,
 ) -> int:
-    from ..._follow import FollowError, RunLockedError
-    from ..._follow.service import FollowJob
+    from ..._bridge.follow import FollowError, RunLockedError
+    from ..._bridge.follow.service import FollowJob
     from ..follow_summary import end_message, follow_summary, leave_the_truth
 
     folder = _wait(Path(args.session_root), args.wait, stop, signals)
@@ -351,7 +351,7 @@ def _follow_logs_dir(
     reporter: Reporter,
     out: TextIO,
 ) -> int:
-    from ..._follow.service import LogsDirectory
+    from ..._bridge.follow.service import LogsDirectory
     from ..follow_summary import end_message, leave_the_truth
 
     logs = Path(args.logs_dir)

@@ -31,7 +31,7 @@ from ..replay_summary import (
 )
 
 if TYPE_CHECKING:
-    from ..._follow import RunLock
+    from ..._bridge.follow import RunLock
     from ...worker import ExportWorker
 
 __all__ = ["REPLAY_QUEUE_LIMIT", "REPLAY_QUEUE_SIZE", "add_parser", "cmd_replay"]
@@ -149,8 +149,8 @@ def _make_worker(
 
 
 def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, out: TextIO) -> int:
-    from ..._feeding import feed
-    from ..._replay import MISSING_MSGSPEC, PayloadReader, open_payloads
+    from ..._export.feeding import feed
+    from ..._export.payload_files import MISSING_MSGSPEC, PayloadReader, open_payloads
 
     path = Path(args.payloads)
     check_input_file(path, "payload file")
@@ -229,7 +229,7 @@ def _lock_own_run(database: Path, value: str | None) -> tuple[Path, RunLock] | N
     Raises:
         CliError: a follower has the run (exit 8).
     """
-    from ..._follow import RunFolder, RunLock, RunLockedError
+    from ..._bridge.follow import RunFolder, RunLock, RunLockedError
 
     if value is None:
         return None
@@ -248,8 +248,8 @@ def _lock_own_run(database: Path, value: str | None) -> tuple[Path, RunLock] | N
 
 
 def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out: TextIO) -> int:
-    from ..._backfill import BackfillError, mark_partial, open_database
-    from ..._feeding import feed
+    from ..._bridge.sqlite_source import BackfillError, mark_partial, open_database
+    from ..._export.feeding import feed
 
     path = Path(args.sqlite)
     streams = parse_export_streams(streams_value)

@@ -38,7 +38,7 @@ def add_parser(commands: Any) -> None:
 def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
     import orjson
 
-    from ..._schema import json_schema, markdown
+    from ..record_schema import json_schema, markdown
 
     if args.format == "markdown":
         out.write(markdown(args.stream))

@@ -50,7 +50,7 @@ def add_parser(commands: Any) -> None:
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
-    from ..._settings import ConfigError, clip, find_config, load_config, resolve_settings
+    from ..settings import ConfigError, clip, find_config, load_config, resolve_settings
 
     config_path: Path | None = None
     if args.config:

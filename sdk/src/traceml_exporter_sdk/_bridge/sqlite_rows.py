@@ -1,7 +1,7 @@
 """Rows of a TraceML SQLite projection table -> export records, coerced as the payload path.
 
 SQLite keeps whatever type a value was given, so every value is coerced exactly
-as the payload path coerces the field it came from (``_projection.py``): text in
+as the payload path coerces the field it came from (``_build.projection``): text in
 ``rank`` is parsed as an identity int is, a REAL ``timestamp_unix_ns`` or a BLOB
 ``step`` becomes None, ``events_json`` is decoded (integers exact however long)
 and normalised as the payload's events map is. A row whose values are of the
@@ -11,8 +11,8 @@ per-field coercers, which give the same values for those rows.
 A row that cannot become a record (``events_json`` that is not a JSON object,
 nested too deep, a missing ``observed_timestamp_unix_ns`` or ``gpu_idx``, an
 empty ``line``) is handed to the caller's ``bad`` callback with its id and the
-reason; the other rows go on. Used by the backfill (``_backfill.py``) and the
-follower (``_follow/``) alike, for both table layouts.
+reason; the other rows go on. Used by the backfill (``_bridge.sqlite_source``) and
+the follower (``_bridge.follow``) alike, for both table layouts.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from ._coerce import (
+from .._build.coerce import (
     FloatNCalls,
     as_str,
     normalised_events,
@@ -36,7 +36,7 @@ from ._coerce import (
     to_str,
     unix_ns,
 )
-from .records import RECORD_TYPE_BY_STREAM, RECORD_TYPES, Record, builder, twin
+from ..records import RECORD_TYPE_BY_STREAM, RECORD_TYPES, Record, builder, twin
 
 __all__ = ["BadRowSink", "RowConverter"]
 
@@ -191,7 +191,7 @@ def _msgspec_decode() -> Callable[[str], Any] | None:
     equal, and building them costs half of decoding typed structs and converting those.
     """
     try:
-        types = importlib.import_module("traceml_exporter_sdk._step_structs")
+        types = importlib.import_module("traceml_exporter_sdk._build.step_structs")
     except ImportError:
         return None
     decode: Callable[[str], Any] = types.decode_events_map
@@ -262,7 +262,7 @@ def _line(value: Any) -> str:
 
 
 def _stored01(value: Any) -> int | None:
-    """0/1 as the writer stored it; anything else is None (``_coerce.bool01`` reads a payload's True/False)."""
+    """0/1 as the writer stored it; anything else is None (``_build.coerce.bool01`` reads a payload's True/False)."""
     return value if type(value) is int and value in (0, 1) else None
 
 
@@ -294,7 +294,7 @@ _RUNTIME_BEST_EFFORT |= dict.fromkeys(
 
 
 def _coercer(stream: str, name: str, hint: str) -> Callable[[Any], Any]:
-    """The payload path's coercion of the field ``name`` (``_projection.py``)."""
+    """The payload path's coercion of the field ``name`` (``_build.projection``)."""
     if stream == "runtime_environment" and name in _RUNTIME_BEST_EFFORT:
         return _RUNTIME_BEST_EFFORT[name]
     if name in _IDENTITY:

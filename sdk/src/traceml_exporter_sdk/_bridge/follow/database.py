@@ -9,8 +9,8 @@ from pathlib import Path
 
 import apsw
 
-from .._backfill import DATABASE_ERRORS, Connection, connect_read_only
-from .._writers import database_holders
+from ..database_holders import database_holders
+from ..sqlite_source import DATABASE_ERRORS, Connection, connect_read_only
 from .run import RunFolder, run_complete
 
 __all__ = ["Signature", "connect", "files_signature", "finish_traceml_close"]

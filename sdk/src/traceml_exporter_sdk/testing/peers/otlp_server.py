@@ -1,6 +1,6 @@
 """The OTLP/HTTP logs receiver's own process: a strict HTTP server driven over stdin/stdout.
 
-Run as ``python -m traceml_exporter_sdk.testing._otlp_server PATH MAX_BODY`` by
+Run as ``python -m traceml_exporter_sdk.testing.peers.otlp_server PATH MAX_BODY`` by
 :class:`~traceml_exporter_sdk.testing.otlp_receiver.OtlpReceiver`; it prints
 ``{"port": N}`` once listening on 127.0.0.1, then answers one JSON command per
 stdin line with one JSON line. It exits when stdin closes, so it never outlives

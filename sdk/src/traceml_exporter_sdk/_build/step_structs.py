@@ -1,4 +1,4 @@
-"""msgspec types of a StepTimeSampler body, for ``fastdecode`` (imports msgspec).
+"""msgspec types of a StepTimeSampler body, for ``_build.msgspec_lines`` (imports msgspec).
 
 No ``from __future__ import annotations``: msgspec reads these annotations at run
 time. Defaults mirror the careful path: a missing key reads as None. The structs
@@ -65,4 +65,4 @@ DeviceMap = Annotated[dict[str, StatsMap], msgspec.Meta(min_length=1)]
 which drops it as TraceML does, so a map decoded here needs no second look."""
 
 decode_events_map = msgspec.json.Decoder(dict[str, DeviceMap]).decode
-"""``events_json`` text -> the events map in dicts, in one C pass (``_sqlite_rows``)."""
+"""``events_json`` text -> the events map in dicts, in one C pass (``_bridge.sqlite_rows``)."""

@@ -1,6 +1,6 @@
 """The mapper's fast path: one envelope straight to records, per table, no row tuples.
 
-Each builder here is the projection of the same name in ``_projection.py`` (the
+Each builder here is the projection of the same name in ``_build.projection`` (the
 careful path, which stays the reference), written out per table: every value that
 already has its field's exact type is taken as it is, anything else goes through
 the careful path's own coercion, so the records are equal by construction. The
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._coerce import (
+from .coerce import (
     bool01,
     fast_float,
     identity_fields,
@@ -26,7 +26,7 @@ from ._coerce import (
     to_str,
     unix_ns,
 )
-from .records import (
+from ..records import (
     ProcessRecord,
     Record,
     StepMemoryRecord,
@@ -281,7 +281,7 @@ FAST_BUILDERS: dict[str, FastBuilder] = {
     "StepTimeSampler": _step_time,
     "StepMemorySampler": _step_memory,
 }
-"""Sampler -> its fast builder (of ``_projection.PROJECTIONS``). Only where one wins by
+"""Sampler -> its fast builder (of ``_build.projection.PROJECTIONS``). Only where one wins by
 at least 1.3x over the careful path alone (``tests/benchmarks/bench_fastpath.py``):
 runtime_environment and stdout_stderr, whose builders were copies of the careful
 projections and measured 1.05x and 1.1-1.3x, have none."""

@@ -17,8 +17,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .records import RECORD_TYPE_BY_STREAM, RECORD_TYPES, SCHEMA_VERSION, EventStats
-from .streams import ALL_STREAMS
+from ..records import RECORD_TYPE_BY_STREAM, RECORD_TYPES, SCHEMA_VERSION, EventStats
+from ..streams import ALL_STREAMS
 
 __all__ = [
     "COMMON",

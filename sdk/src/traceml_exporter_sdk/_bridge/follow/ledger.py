@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .._backfill import SqliteSource
+from ..sqlite_source import SqliteSource
 from .run import FollowError, RunFolder
 from .status import RunStatus, write_json
 

@@ -4,7 +4,7 @@ riding out the exporter's failures.
 TraceML 0.5.0 has no exporter setting; its aggregator writes
 ``<run>/aggregator/telemetry`` (WAL mode, one transaction per 0.5 s flush). The
 follower reads the rows each flush added (``id > last id`` per table, in short
-read-only statements, ``_backfill.SqliteSource.read_page``), turns them into
+read-only statements, ``_bridge.sqlite_source.SqliteSource.read_page``), turns them into
 records exactly as the backfill does, and hands them to an ``ExportWorker``
 whose exporter gets ``ExporterContext(session_root=<run>)``, as TraceML's would.
 
@@ -37,17 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .._backfill import (
+from ..._export.feeding import wait_for_room
+from ..._export.report import ExportFailure, ExportReport, write_warning_file
+from ...worker import ExportWorker
+from ..database_holders import DatabaseWriters
+from ..sqlite_source import (
     PAGE_ROWS,
     BackfillError,
     SqliteSource,
     open_database,
     plan_tables,
 )
-from .._feeding import wait_for_room
-from .._report import ExportFailure, ExportReport, write_warning_file
-from .._writers import DatabaseWriters
-from ..worker import ExportWorker
 from .database import Signature, connect, files_signature, finish_traceml_close
 from .ledger import BOOKMARK_VERSION, Ledger
 from .retry import Backoff

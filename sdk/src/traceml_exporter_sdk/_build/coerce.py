@@ -1,9 +1,9 @@
 """The one set of value coercions and the events-map normalisation every mapping path uses.
 
-The payload paths (``_projection``, the careful reference; ``_fastpath``; the msgspec
-``_fastdecode``) and the SQLite rows (``_sqlite_rows``: backfill of both layouts and
-the follower) coerce each field with these functions, so a value means the same
-whichever way it came. They mirror traceml-ai 0.5.0's writers (``wire-format.md``):
+The payload paths (``_build.projection``, the careful reference; ``_build.fast_builders``;
+the msgspec ``_build.msgspec_lines``) and the SQLite rows (``_bridge.sqlite_rows``:
+backfill of both layouts and the follower) coerce each field with these functions, so a
+value means the same whichever way it came. They mirror traceml-ai 0.5.0's writers (``wire-format.md``):
 
 - ``opt_int``/``opt_str``: identity and best-effort fields, anything that raises is None;
 - ``to_int``/``to_float``/``to_str``/``bool01``/``unix_ns``: strict row fields;
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .records import EventStats
+from ..records import EventStats
 
 __all__ = [
     "FloatNCalls",
@@ -199,7 +199,7 @@ def normalised_events(raw: Any, strict: bool = False) -> dict[str, dict[str, Eve
     With str keys no two names (or devices) collide, so an event is kept exactly when
     it has a device, in the careful path's order. A stats dict with all five keys is
     read by index. ``strict`` raises FloatNCalls at a float ``n_calls``: a
-    JSON decoder may have turned a long integer into one (see ``_sqlite_rows``).
+    JSON decoder may have turned a long integer into one (see ``_bridge.sqlite_rows``).
     """
     if type(raw) is not dict:
         return careful_events(raw)

@@ -35,8 +35,8 @@ from typing import IO, Any, Literal
 
 import orjson
 
-from ._fastdecode import LineMapper, line_mapper
-from .worker import NO_PAYLOAD
+from .._build.msgspec_lines import LineMapper, line_mapper
+from ..worker import NO_PAYLOAD
 
 __all__ = [
     "FORMATS",
@@ -225,7 +225,7 @@ class PayloadReader:
 
     def deferred_records(self, streams: tuple[str, ...]) -> Iterator[Callable[[], Any]]:
         """``deferred``, but each producer returns the line's records (a RecordBatch)
-        when msgspec reads it exactly as the careful path would (``fastdecode``), and
+        when msgspec reads it exactly as the careful path would (``_build.msgspec_lines``), and
         otherwise the decoded payload, as ``deferred`` does. Without msgspec: ``deferred``.
         """
         mapper = line_mapper(streams) if self.format == "jsonl" else None

@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._coerce import drop_deviceless, identity_fields
-from ._projection import sampler_of
-from .mapping import records_from_payload
-from .records import Record, RecordBatch, StepTimeRecord, twin
+from .coerce import drop_deviceless, identity_fields
+from .projection import sampler_of
+from ..mapping import records_from_payload
+from ..records import Record, RecordBatch, StepTimeRecord, twin
 
 __all__ = ["LineMapper", "line_mapper"]
 
@@ -44,7 +44,7 @@ def line_mapper(streams: tuple[str, ...]) -> LineMapper | None:
     before, so a file of other samplers does not pay a wasted typed pass per line.
     """
     try:
-        types = importlib.import_module("traceml_exporter_sdk._step_structs")
+        types = importlib.import_module("traceml_exporter_sdk._build.step_structs")
     except ImportError:
         return None
     decode_line = types.decode_line
@@ -104,7 +104,7 @@ def line_mapper(streams: tuple[str, ...]) -> LineMapper | None:
 def _steps(
     meta: dict[str, Any], tables: dict[str, Any], out: list[Record], to_builtins: Any
 ) -> None:
-    """``_fastpath._step_time`` for typed rows: the same fields, values already checked."""
+    """``_build.fast_builders._step_time`` for typed rows: the same fields, values already checked."""
     if not tables:
         return
     rank, global_rank, local_rank, world_size, local_world_size, node_rank, hostname = (

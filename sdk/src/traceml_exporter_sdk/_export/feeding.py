@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ._report import ExportReport, write_warning_file
-from .worker import ExportWorker
+from ..worker import ExportWorker
+from .report import ExportReport, write_warning_file
 
 __all__ = ["Stop", "feed", "record_stop", "shut_down", "wait_for_room"]
 

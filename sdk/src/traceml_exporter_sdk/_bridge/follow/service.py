@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from .._backfill import SqliteSource
-from ..context import ExporterContext
-from ..worker import ExportWorker
+from ...context import ExporterContext
+from ...worker import ExportWorker
+from ..sqlite_source import SqliteSource
 from .follower import Follower, FollowResult
 from .lock import RunLock, RunLockedError
 from .retry import Backoff

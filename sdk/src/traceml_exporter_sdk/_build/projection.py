@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._coerce import (
+from .coerce import (
     as_str,
     bool01,
     careful_events,
@@ -28,7 +28,7 @@ from ._coerce import (
     to_str,
     unix_ns,
 )
-from .records import (
+from ..records import (
     ProcessRecord,
     Record,
     RuntimeEnvironmentRecord,

@@ -34,8 +34,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .factory import ExporterSettingError, validate_exporter_setting
-from .streams import DEFAULT_EXPORT_STREAMS, parse_export_streams
+from ..factory import ExporterSettingError, validate_exporter_setting
+from ..streams import DEFAULT_EXPORT_STREAMS, parse_export_streams
 
 __all__ = [
     "CONFIG_FILENAME",

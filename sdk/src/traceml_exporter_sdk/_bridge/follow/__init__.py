@@ -1,8 +1,9 @@
-"""Following live TraceML 0.5.0 runs: one run (``follower``) or a logs folder (``logs_dir``).
+"""Following live TraceML 0.5.0 runs: one run (``follower``) or a logs folder (``service``).
 
-``run`` is the run folder and its files, ``lock`` one follower per run, ``retry`` the
-wait between exporters after a failure, ``status`` what a follower shows (progress
-line, ``status.json``, ``metrics``).
+``run`` is the run folder and its files, ``database`` its read-only connections,
+``ledger`` the bookmark, ``lock`` one follower per run, ``retry`` the wait between
+exporters after a failure, ``status`` what a follower shows (progress line,
+``status.json``; ``metrics`` serves ``/metrics``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Two table layouts are read, told apart per table by its columns:
 
 Both keep step_time's events map as JSON text in ``events_json``. Tables are
 read one after another in the contract's record-table order, each in ``id``
-order, and every row becomes one record of its class (``_sqlite_rows.py``).
+order, and every row becomes one record of its class (``_bridge.sqlite_rows``).
 
 Reads are short: a page of rows per statement, each statement its own read
 transaction, ended before the rows go anywhere, so no snapshot is held while an
@@ -46,9 +46,9 @@ from typing import Any, Literal, Protocol
 import apsw
 import orjson
 
-from ._projection import TABLE_RECORDS
-from ._sqlite_rows import RowConverter
-from .records import RECORD_TYPES, Record
+from .._build.projection import TABLE_RECORDS
+from ..records import RECORD_TYPES, Record
+from .sqlite_rows import RowConverter
 
 __all__ = [
     "TABLE_BY_STREAM",

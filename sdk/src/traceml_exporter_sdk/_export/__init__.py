@@ -1,0 +1,7 @@
+"""Around one export run: what it reads, how a worker is fed, and what it accounts for.
+
+``payload_files`` (recorded payloads read back from a JSON Lines or msgpack file, for
+``replay``), ``feeding`` (an ``ExportWorker`` fed from a reader without dropping, and
+stopped early without losing track) and ``report`` (``ExportReport``, ``ExportFailure``
+and ``finalization_warning.json``, which the worker writes).
+"""
