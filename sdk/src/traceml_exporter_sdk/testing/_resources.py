@@ -118,6 +118,17 @@ class Snapshot:
                 return threads, leaked
             time.sleep(0.02)
 
+    def left_behind(self, worker: threading.Thread | None, grace: float) -> str:
+        """What the exporter still holds ``grace`` seconds on (its threads, its fds), as
+        one clause for a failure message, or "" when it let go of everything."""
+        threads, fds = self.wait_released([worker], grace=grace)
+        problems = []
+        if threads:
+            problems.append(f"thread(s) still alive: {describe_threads(threads)}")
+        if fds:
+            problems.append(f"file descriptor(s) still open: {', '.join(map(describe_fd, fds))}")
+        return "; ".join(problems)
+
 
 def describe_threads(threads: Iterable[threading.Thread]) -> str:
     return ", ".join(

@@ -9,7 +9,7 @@ import pytest
 
 from ...worker import ExportWorker
 from .._harness import WORKER_THREAD, CallLog, recording_factory
-from .._resources import Snapshot, describe_fd, describe_threads, open_fds
+from .._resources import Snapshot, describe_threads, open_fds
 from ..environment import Env, failure_hint
 from ..registry import CheckGroup
 from ._common import corpus, merged
@@ -35,15 +35,10 @@ def check_open_failure_leaks_nothing(env: Env) -> None:
             "broken_context(self, context) to return a context this exporter's open rejects"
         )
     assert "close" not in run.log.methods()
-    threads, fds = run.before.wait_released([run.thread], grace=env.grace)
-    problems = []
-    if threads:
-        problems.append(f"thread(s) left alive: {describe_threads(threads)}")
-    if fds:
-        problems.append(f"file descriptor(s) left open: {', '.join(map(describe_fd, fds))}")
+    problems = run.before.left_behind(run.thread, env.grace)
     assert not problems, (
         f"after {run.failure}: "
-        + "; ".join(problems)
+        + problems
         + ". close is never called after a failed open, so open must clean up before it raises."
     )
 
@@ -239,15 +234,10 @@ def check_failure_releases_resources(env: Env) -> None:
     run.require_healthy_start()
     if run.report.failure is None:
         pytest.skip("the exporter did not raise after break_sink (see sink_failure_raised)")
-    threads, fds = run.before.wait_released([run.worker.thread], grace=env.grace)
-    problems = []
-    if threads:
-        problems.append(f"thread(s) still alive: {describe_threads(threads)}")
-    if fds:
-        problems.append(f"file descriptor(s) still open: {', '.join(map(describe_fd, fds))}")
+    problems = run.before.left_behind(run.worker.thread, env.grace)
     assert not problems, (
         f"{env.grace:g} s after {run.report.failure.method} raised: "
-        + "; ".join(problems)
+        + problems
         + ". The worker calls nothing more after a failure, not even close: a failing "
         "method closes its files, connections and threads before it raises."
     )

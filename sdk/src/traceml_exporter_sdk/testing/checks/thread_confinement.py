@@ -113,15 +113,10 @@ def check_resources_released_after_close(env: Env) -> None:
     """
     run = env.worker(env.context(), corpus())
     env.assert_clean(run)
-    threads, fds = run.before.wait_released([run.thread], grace=env.grace)
-    problems = []
-    if threads:
-        problems.append(f"thread(s) still alive: {describe_threads(threads)}")
-    if fds:
-        problems.append(f"file descriptor(s) still open: {', '.join(map(describe_fd, fds))}")
+    problems = run.before.left_behind(run.thread, env.grace)
     assert not problems, (
         f"{env.grace:g} s after close returned: "
-        + "; ".join(problems)
+        + problems
         + ". close must stop the exporter's threads and close what open opened."
     )
 
