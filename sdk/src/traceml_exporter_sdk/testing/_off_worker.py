@@ -55,10 +55,9 @@ class OffWorkerCalls:
         self.allowed = frozenset({*allowed, _SAMPLER})
         self.found: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._known = {str(Path(r).resolve()) for r in roots}
 
     def _mine(self, filename: str) -> bool:
-        return filename.startswith(self.roots) or filename in self._known
+        return filename.startswith(self.roots)
 
     def _note(self, thread: str, frame: FrameType) -> None:
         code = frame.f_code
