@@ -10,6 +10,7 @@ each. It starts threads of its own: it is a peer for tests, not part of an expor
 from __future__ import annotations
 
 import contextlib
+import http
 import socket
 import threading
 import time
@@ -65,7 +66,8 @@ class FaultProxy:
         content_type: str = "text/plain",
     ) -> None:
         """Answer ``status`` (with ``Retry-After`` when given) to the next ``times`` requests."""
-        head = f"HTTP/1.1 {status} Fault\r\nContent-Type: {content_type}\r\n"
+        reason = http.HTTPStatus(status).phrase
+        head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
         if retry_after is not None:
             head += f"Retry-After: {retry_after}\r\n"
         head += f"Content-Length: {len(body)}\r\n\r\n"
