@@ -90,7 +90,7 @@ TEMPLATE_NAMES = frozenset(
         "OtlpSettings", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
         "TIMESTAMPS", "VALUES", "KEY_ESCAPE", "ScriptedPeer",
         # the network sinks' delivery layer (_delivery.py) and its tests
-        "Backoff", "BACKOFF", "Flaky", "QUICK", "UNAVAILABLE",
+        "Backoff", "BACKOFF", "Flaky", "UNAVAILABLE",
         # the HTTP sinks' shared transport (_http.py)
         "Answer", "Endpoint", "HttpError", "HttpTransport", "REDACTED", "WAITABLE_STATUSES",
         # the prometheus sink's modules and tests (and what they import)
