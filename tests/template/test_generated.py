@@ -54,23 +54,40 @@ SINK_FILES = [
 """Common names every sink bakes from a file of its own (a conditional name)."""
 
 EXTRA_FILES = {
+    "jsonl": [
+        f"src/{DEFAULT_PACKAGE}/_files.py",
+        "tests/test_files.py",
+    ],
     "postgres": [
+        f"src/{DEFAULT_PACKAGE}/_delivery.py",
+        f"src/{DEFAULT_PACKAGE}/_files.py",
         f"src/{DEFAULT_PACKAGE}/_postgres_connection.py",
         f"src/{DEFAULT_PACKAGE}/_postgres_schema.py",
+        "tests/test_delivery.py",
+        "tests/test_files.py",
     ],
     "otlp": [
+        f"src/{DEFAULT_PACKAGE}/_delivery.py",
+        f"src/{DEFAULT_PACKAGE}/_files.py",
         f"src/{DEFAULT_PACKAGE}/_http.py",
         f"src/{DEFAULT_PACKAGE}/_otlp_settings.py",
         f"src/{DEFAULT_PACKAGE}/_otlp_wire.py",
+        "tests/test_delivery.py",
+        "tests/test_files.py",
         "tests/test_otlp_wire.py",
     ],
     "prometheus": [
+        f"src/{DEFAULT_PACKAGE}/_delivery.py",
+        f"src/{DEFAULT_PACKAGE}/_files.py",
         f"src/{DEFAULT_PACKAGE}/_http.py",
         f"src/{DEFAULT_PACKAGE}/_prometheus_series.py",
         f"src/{DEFAULT_PACKAGE}/_prometheus_settings.py",
         f"src/{DEFAULT_PACKAGE}/_prometheus_wire.py",
+        "tests/test_delivery.py",
+        "tests/test_files.py",
     ],
     "parquet": [
+        f"src/{DEFAULT_PACKAGE}/_files.py",
         f"src/{DEFAULT_PACKAGE}/_parquet_arrow.py",
         f"src/{DEFAULT_PACKAGE}/_parquet_events.py",
         f"src/{DEFAULT_PACKAGE}/_parquet_layout.py",
@@ -79,20 +96,27 @@ EXTRA_FILES = {
         "tests/parquet_crash_driver.py",
         "tests/test_parquet_compaction.py",
         "tests/test_parquet_crash.py",
+        "tests/test_files.py",
         "tests/test_parquet_readers.py",
     ],
     "tensorboard": [
+        f"src/{DEFAULT_PACKAGE}/_files.py",
         f"src/{DEFAULT_PACKAGE}/_tensorboard_events.py",
         f"src/{DEFAULT_PACKAGE}/_tensorboard_scalars.py",
         "tests/tensorboard_crash_driver.py",
+        "tests/test_files.py",
         "tests/test_tensorboard_crash.py",
         "tests/test_tensorboard_server.py",
     ],
     "mlflow": [
+        f"src/{DEFAULT_PACKAGE}/_delivery.py",
+        f"src/{DEFAULT_PACKAGE}/_files.py",
         f"src/{DEFAULT_PACKAGE}/_http.py",
         f"src/{DEFAULT_PACKAGE}/_mlflow_api.py",
         f"src/{DEFAULT_PACKAGE}/_mlflow_metrics.py",
         "tests/mlflow_server.py",
+        "tests/test_delivery.py",
+        "tests/test_files.py",
         "tests/test_mlflow_faults.py",
     ],
 }

@@ -48,7 +48,9 @@ __all__ = [
     "ExportRecord",
     "ExporterContext",
     "SettingsError",
+    "kept_columns",
     "permanent",
+    "record_data",
     "releasing",
     "run_key",
 ]
@@ -110,6 +112,19 @@ def permanent(error: _E) -> _E:
     """``error``, marked permanent (rule 8): waiting and a new exporter cannot fix it."""
     setattr(error, "permanent", True)  # noqa: B010 - any exception class, ours or not
     return error
+
+
+def record_data(record: ExportRecord, include_hostname: bool) -> dict[str, Any]:
+    """Rule 4 for one record: ``record.to_dict()``, without ``hostname`` unless kept."""
+    data = record.to_dict()
+    if not include_hostname:
+        data.pop("hostname", None)
+    return data
+
+
+def kept_columns(columns: Sequence[str], include_hostname: bool) -> tuple[str, ...]:
+    """Rule 4 for a stream's ``COLUMNS``: every one, but ``hostname`` only when kept."""
+    return tuple(name for name in columns if include_hostname or name != "hostname")
 
 
 def run_key(session_root: str | Path) -> str:
