@@ -3,7 +3,9 @@ and what ``traceml-exporter follow`` reads of it: a permanent error, a run's fol
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -97,3 +99,15 @@ def one_folder_named_two_ways(
         ExporterContext.create(elsewhere / ".." / "logs" / "run1", export_streams="all"),
         ExporterContext.create(elsewhere / "run1", export_streams="all"),
     )
+
+
+def open_under(folder: Path) -> list[str]:
+    """Paths under ``folder`` this process holds open (Linux ``/proc/self/fd``)."""
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("needs /proc/self/fd")
+    targets = []
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            targets.append(os.readlink(fd))
+    return [t for t in targets if t.startswith(str(folder))]
