@@ -18,13 +18,20 @@ from traceml_exporter_sdk.testing import expected_by_stream
 from {{ cookiecutter.package_name }}.exporter import make_exporter
 
 
-def run(context: ExporterContext, *batches: Sequence[ExportRecord], dropped: int = 0) -> None:
-    """open, write and flush each batch, close: the calls TraceML's export worker makes."""
+def run(
+    context: ExporterContext,
+    *batches: Sequence[ExportRecord],
+    dropped: int = 0,
+    flush: bool = True,
+) -> None:
+    """open, write and flush each batch, close: the calls TraceML's export worker makes
+    (without ``flush``, the batches are left for ``close`` to deliver)."""
     exporter = make_exporter(context)
     exporter.open()
     for batch in batches:
         exporter.write(batch)
-        exporter.flush()
+        if flush:
+            exporter.flush()
     exporter.close(dropped_batches=dropped)
 
 
@@ -111,3 +118,16 @@ def open_under(folder: Path) -> list[str]:
         with contextlib.suppress(OSError):
             targets.append(os.readlink(fd))
     return [t for t in targets if t.startswith(str(folder))]
+
+
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The descriptors ``os.fsync`` is called with from now on (each call still syncs)."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
