@@ -25,7 +25,7 @@ PACKAGE = "traceml_exporter_sdk"
 MAX_LINES = 500
 MAX_ROOT_MODULES = 12
 LAYOUT_DOC = SRC.parents[1] / "docs" / "layout.md"
-PEERS = ["otlp_receiver", "postgres_server", "prometheus_server"]
+PEERS = ["fault_proxy", "otlp_receiver", "postgres_server", "prometheus_server"]
 """The test peers whose public path is ``testing.<name>``, their code in ``testing/peers/``."""
 TOO_BIG_FOR_NOW: set[str] = set()
 """Modules allowed over MAX_LINES until they are split (the CLI becomes a package)."""

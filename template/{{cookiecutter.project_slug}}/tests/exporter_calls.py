@@ -3,7 +3,9 @@ and what ``traceml-exporter follow`` reads of it: a permanent error, a run's fol
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -16,13 +18,20 @@ from traceml_exporter_sdk.testing import expected_by_stream
 from {{ cookiecutter.package_name }}.exporter import make_exporter
 
 
-def run(context: ExporterContext, *batches: Sequence[ExportRecord], dropped: int = 0) -> None:
-    """open, write and flush each batch, close: the calls TraceML's export worker makes."""
+def run(
+    context: ExporterContext,
+    *batches: Sequence[ExportRecord],
+    dropped: int = 0,
+    flush: bool = True,
+) -> None:
+    """open, write and flush each batch, close: the calls TraceML's export worker makes
+    (without ``flush``, the batches are left for ``close`` to deliver)."""
     exporter = make_exporter(context)
     exporter.open()
     for batch in batches:
         exporter.write(batch)
-        exporter.flush()
+        if flush:
+            exporter.flush()
     exporter.close(dropped_batches=dropped)
 
 
@@ -97,3 +106,28 @@ def one_folder_named_two_ways(
         ExporterContext.create(elsewhere / ".." / "logs" / "run1", export_streams="all"),
         ExporterContext.create(elsewhere / "run1", export_streams="all"),
     )
+
+
+def open_under(folder: Path) -> list[str]:
+    """Paths under ``folder`` this process holds open (Linux ``/proc/self/fd``)."""
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("needs /proc/self/fd")
+    targets = []
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            targets.append(os.readlink(fd))
+    return [t for t in targets if t.startswith(str(folder))]
+
+
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The descriptors ``os.fsync`` is called with from now on (each call still syncs)."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
