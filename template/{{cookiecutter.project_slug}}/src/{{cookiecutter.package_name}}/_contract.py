@@ -39,14 +39,12 @@ imports neither: it relies only on the attributes below, whatever the class.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 __all__ = [
-    "EVENT_MEASURES",
-    "MEASURES",
     "ExportRecord",
     "ExporterContext",
     "SettingsError",
@@ -59,35 +57,6 @@ __all__ = [
 ]
 
 _E = TypeVar("_E", bound=BaseException)
-
-EVENT_MEASURES: tuple[str, ...] = ("duration_ms", "cpu_ms", "gpu_ms", "n_calls")
-"""The numbers of one step_time event on one device (its ``stats``, without ``is_gpu``)."""
-
-MEASURES: Mapping[str, tuple[str, ...]] = {
-    "step_memory": ("peak_alloc_bytes", "peak_reserved_bytes"),
-    "system": ("cpu_percent", "ram_used_bytes", "ram_total_bytes", "gpu_available", "gpu_count"),
-    "system_gpu": (
-        "util",
-        "mem_used_bytes",
-        "mem_total_bytes",
-        "temperature_c",
-        "power_usage_w",
-        "power_limit_w",
-    ),
-    "process": (
-        "cpu_percent",
-        "cpu_logical_core_count",
-        "ram_used_bytes",
-        "ram_total_bytes",
-        "gpu_available",
-        "gpu_count",
-        "gpu_mem_used_bytes",
-        "gpu_mem_reserved_bytes",
-        "gpu_mem_total_bytes",
-    ),
-}
-"""The fields a scalar sink plots, per metric stream: identifiers (``pid``,
-``gpu_device_index``, ``gpu_idx``), times and flags are not among them."""
 
 
 class ExporterContext(Protocol):
