@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
-from traceml_exporter_sdk.testing.fault_proxy import FaultProxy, TcpFaultProxy
+from traceml_exporter_sdk.testing.fault_proxy import FaultProxy, TcpFaultProxy, unused_port
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
@@ -138,3 +138,9 @@ def test_tcp_loses_the_answer_to_the_marked_message_only(echo_port: int) -> None
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as again:
             again.sendall(b"COMMIT\n")
             assert again.recv(100) == b"ok COMMIT\n"  # disarmed after one
+
+
+def test_unused_port_refuses_connections() -> None:
+    port = unused_port()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -131,3 +131,22 @@ def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(os, "fsync", fsync)
     return synced
+
+
+@contextlib.contextmanager
+def only_variables(prefix: str, values: Mapping[str, str]) -> Iterator[None]:
+    """For the block, of the variables named ``prefix...`` only ``values`` are set (whatever
+    a test sets too); after it, all of them are as they were before."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith(prefix)}
+
+    def clear() -> None:
+        for key in [k for k in os.environ if k.startswith(prefix)]:
+            del os.environ[key]
+
+    clear()
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        clear()
+        os.environ.update(saved)

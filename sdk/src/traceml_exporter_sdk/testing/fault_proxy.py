@@ -6,6 +6,6 @@ Every name of the peer's ``__all__``, re-exported, so
 
 from __future__ import annotations
 
-from .peers.fault_proxy import FaultProxy, TcpFaultProxy
+from .peers.fault_proxy import FaultProxy, TcpFaultProxy, unused_port
 
-__all__ = ["FaultProxy", "TcpFaultProxy"]
+__all__ = ["FaultProxy", "TcpFaultProxy", "unused_port"]

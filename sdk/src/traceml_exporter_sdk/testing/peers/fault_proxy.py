@@ -20,9 +20,18 @@ from typing import TypeVar
 
 _P = TypeVar("_P", bound="_Proxy")
 
-__all__ = ["FaultProxy", "TcpFaultProxy"]
+__all__ = ["FaultProxy", "TcpFaultProxy", "unused_port"]
 
 _POLL_S = 0.2
+
+
+def unused_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released): a server that
+    is down, or the port to start one on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
 
 
 class _Proxy:
@@ -36,9 +45,7 @@ class _Proxy:
         self._listener: socket.socket | None = None
         self._threads: list[threading.Thread] = []
         self._clients: set[socket.socket] = set()
-        with socket.socket() as probe:  # a free port, kept across stop_listening/listen
-            probe.bind(("127.0.0.1", 0))
-            self.port: int = probe.getsockname()[1]
+        self.port = unused_port()  # kept across stop_listening/listen
         self.listen()
 
     def stop_listening(self) -> None:
