@@ -43,7 +43,7 @@ DEPENDENCY_MODULES = frozenset(
         "google", "grpc", "httpx", "requests", "urllib3", "certifi", "polars", "cramjam",
         "google_crc32c", "tensorboard", "mlflow", "mlflow_server",
         # folder names a project has, where a package of that name would be confused
-        "tests", "conftest", "src", "sink_support", "exporter_calls",
+        "tests", "conftest", "src", "sink_support", "exporter_calls", "crash_driver",
     }
 )  # fmt: skip
 """Import names a package may not take: the generated project, or its tests, import them."""
@@ -59,13 +59,13 @@ TEMPLATE_NAMES = frozenset(
         "HOSTILE_TEXT", "HealthCheck", "LINT_PATHS", "releasing", "contextmanager",
         "SettingsError", "StrayRecord",
         # the postgres sink's exporter, schema module and tests
-        "APPLICATION_NAME", "Buffer", "CONNECT_TIMEOUT_S", "CONNINFO_ENV", "CommitAnswerDropper",
+        "APPLICATION_NAME", "Buffer", "CONNECT_TIMEOUT_S", "CONNINFO_ENV",
         "DEFAULT_SCHEMA", "Database", "FLUSHES_TABLE", "Layout", "PostgresServer",
         "PostgresUnavailableError", "RECEIPT_FILE", "REQUIRE_ENV", "SCHEMA_ENV", "SINK_COLUMNS",
         "STATEMENT_TIMEOUT_MS", "STREAM_COLUMNS", "TableKey", "UNIQUE_VIEW_SUFFIX",
         "Cursor", "DatatypeMismatch", "EXACT", "RUN_ID", "SESSION_ROOT", "STREAM_KEYS",
         "AdaptContext", "Dumper", "Format", "BoundedConnection", "DEFAULT_TIMEOUTS",
-        "MIN_CONNECT_S", "PQGen", "QUICK", "StalledError", "StallingProxy", "Timeouts",
+        "MIN_CONNECT_S", "PQGen", "QUICK", "StalledError", "Timeouts",
         "TypeVar", "MAX_CALL_S", "TIMEOUT_ENV",
         # the parquet sink's modules and tests
         "BACKLOG_BYTES", "BATCH", "BIG_FILE_ROWS", "CLOSE_GRACE_S", "COMPRESSION",
@@ -91,8 +91,10 @@ TEMPLATE_NAMES = frozenset(
         "TIMESTAMPS", "VALUES", "KEY_ESCAPE", "ScriptedPeer",
         # the network sinks' delivery layer (_delivery.py) and its tests
         "Backoff", "BACKOFF", "Flaky", "UNAVAILABLE",
-        # the HTTP sinks' shared transport (_http.py)
+        # the HTTP sinks' shared transport and exporter lifecycle (_http.py, _http_exporter.py),
+        # the hand-written encoders' _protobuf.py, and the SDK's fault proxies
         "Answer", "Endpoint", "HttpError", "HttpTransport", "REDACTED", "WAITABLE_STATUSES",
+        "Generic", "HttpExporter", "ONE_BYTE", "TcpFaultProxy",
         # the prometheus sink's modules and tests (and what they import)
         "Aggregator", "BUCKETS_MS", "BaseHTTPRequestHandler", "CONTENT_ENCODING", "CONTENT_TYPE",
         "CardinalityError", "DEFAULT_TIMEOUT_S", "DEFAULT_URL", "FAMILIES", "FaultProxy",
