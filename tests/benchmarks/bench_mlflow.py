@@ -121,7 +121,9 @@ def big_batches() -> list[list[Any]]:
     return batches
 
 
-def run_summary(factory: Factory, batches: list[list[Any]], folder: Path) -> tuple[float, int, float]:
+def run_summary(
+    factory: Factory, batches: list[list[Any]], folder: Path
+) -> tuple[float, int, float]:
     """Seconds from open() to close(), the most steps waiting after a flush, the longest
     flush."""
     exporter = factory(ExporterContext.create(folder, export_streams="all"))
@@ -134,7 +136,7 @@ def run_summary(factory: Factory, batches: list[list[Any]], folder: Path) -> tup
             began = time.perf_counter()
             exporter.flush()
             longest = max(longest, time.perf_counter() - began)
-            waiting = max(waiting, exporter._summary.waiting)  # noqa: SLF001 - the lag
+            waiting = max(waiting, exporter._summary.waiting)  # the lag
     exporter.close()
     return time.perf_counter() - start, waiting, longest
 
