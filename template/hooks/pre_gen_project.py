@@ -95,6 +95,10 @@ TEMPLATE_NAMES = frozenset(
         # the hand-written encoders' _protobuf.py, and the SDK's fault proxies
         "Answer", "Endpoint", "HttpError", "HttpTransport", "REDACTED", "WAITABLE_STATUSES",
         "Generic", "HttpExporter", "ONE_BYTE", "TcpFaultProxy",
+        # the mlflow sink's cross-rank summary (_mlflow_summary.py) and its tests
+        "Collection", "DEFAULT_WAIT_STEPS", "Fraction", "Group", "POINTS_FILE", "POINTS_WAIT_S",
+        "STATE_FILE", "STATE_VERSION", "SUMMARIZED", "SUMMARY_TAG", "Steps", "Summary",
+        "Values", "WAIT_STEPS",
         # the prometheus sink's modules and tests (and what they import)
         "Aggregator", "BUCKETS_MS", "BaseHTTPRequestHandler", "CONTENT_ENCODING", "CONTENT_TYPE",
         "CardinalityError", "DEFAULT_TIMEOUT_S", "DEFAULT_URL", "FAMILIES", "FaultProxy",
