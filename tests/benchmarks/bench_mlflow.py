@@ -95,19 +95,24 @@ def new_experiment(env: dict[str, str]) -> None:
 
 
 def run_exporter(
-    factory: Factory, batches: list[list[Any]], folder: Path, flushes: list[float] | None = None
+    factory: Factory,
+    batches: list[list[Any]],
+    folder: Path,
+    every: int = FLUSH_EVERY,
+    after_flush: Callable[[Any, float], None] | None = None,
 ) -> float:
-    """Seconds from open() to close() returning; each flush's seconds go to ``flushes``."""
+    """Seconds from open() to close() returning, a flush every ``every`` batches; after
+    each, ``after_flush(exporter, its seconds)``."""
     exporter = factory(ExporterContext.create(folder, export_streams="all"))
     start = time.perf_counter()
     exporter.open()
     for index, batch in enumerate(batches, 1):
         exporter.write(batch)
-        if index % FLUSH_EVERY == 0:
+        if index % every == 0:
             began = time.perf_counter()
             exporter.flush()
-            if flushes is not None:
-                flushes.append(time.perf_counter() - began)
+            if after_flush is not None:
+                after_flush(exporter, time.perf_counter() - began)
     exporter.close()
     return time.perf_counter() - start
 
@@ -130,19 +135,14 @@ def run_summary(
 ) -> tuple[float, int, float]:
     """Seconds from open() to close(), the most steps waiting after a flush, the longest
     flush."""
-    exporter = factory(ExporterContext.create(folder, export_streams="all"))
-    waiting, longest = 0, 0.0
-    start = time.perf_counter()
-    exporter.open()
-    for index, batch in enumerate(batches, 1):
-        exporter.write(batch)
-        if index % BIG_FLUSH_EVERY == 0:
-            began = time.perf_counter()
-            exporter.flush()
-            longest = max(longest, time.perf_counter() - began)
-            waiting = max(waiting, exporter._summary.waiting)  # the lag
-    exporter.close()
-    return time.perf_counter() - start, waiting, longest
+    waiting, longest = [0], [0.0]
+
+    def lag(exporter: Any, seconds: float) -> None:
+        waiting[0] = max(waiting[0], exporter._summary.waiting)
+        longest[0] = max(longest[0], seconds)
+
+    seconds = run_exporter(factory, batches, folder, BIG_FLUSH_EVERY, lag)
+    return seconds, waiting[0], longest[0]
 
 
 def run_ceiling(peer: Any, points: dict[int, list[Any]]) -> float:
