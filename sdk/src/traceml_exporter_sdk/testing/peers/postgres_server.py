@@ -22,7 +22,6 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .fault_proxy import unused_port
 
 if TYPE_CHECKING:
     from psycopg.sql import Composable
@@ -231,12 +232,6 @@ def _unprivileged_user() -> str | None:
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _start_cluster(bindir: Path, folder: Path, *, fsync: bool, timeout: float) -> PostgresServer:
     run_as = _unprivileged_user()
     if run_as is not None:
@@ -258,7 +253,7 @@ def _start_cluster(bindir: Path, folder: Path, *, fsync: bool, timeout: float) -
     errors: list[str] = []
     for _attempt in range(3):  # a free port can be taken between probe and bind
         server = PostgresServer(
-            host="127.0.0.1", port=_free_port(), user=_SUPERUSER, dbname="postgres", owned=True,
+            host="127.0.0.1", port=unused_port(), user=_SUPERUSER, dbname="postgres", owned=True,
             _bindir=bindir, _data=data, _run_as=run_as, _log=folder / "server.log", _extra=extra,
         )  # fmt: skip
         try:

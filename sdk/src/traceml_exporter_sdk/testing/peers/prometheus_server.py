@@ -22,7 +22,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,6 +31,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .fault_proxy import unused_port
 
 __all__ = [
     "BINARIES",
@@ -94,12 +95,6 @@ def find_binary(name: str) -> Path | None:
         if folder and (Path(folder) / name).is_file() and os.access(Path(folder) / name, os.X_OK):
             return Path(folder) / name
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _get(url: str, *, timeout: float = 10.0) -> bytes:
@@ -290,7 +285,7 @@ def _server(
     try:
         if config:
             (folder / config_name).write_text(config, encoding="utf-8")
-        server = MetricsServer(kind, binary, folder, _free_port(), extra_args)
+        server = MetricsServer(kind, binary, folder, unused_port(), extra_args)
         try:
             yield server.start()
         finally:
