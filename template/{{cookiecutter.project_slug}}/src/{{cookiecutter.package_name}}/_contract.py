@@ -49,7 +49,6 @@ __all__ = [
     "ExporterContext",
     "SettingsError",
     "kept_columns",
-    "kept_hostname",
     "permanent",
     "record_data",
     "releasing",
@@ -126,12 +125,6 @@ def record_data(record: ExportRecord, include_hostname: bool) -> dict[str, Any]:
 def kept_columns(columns: Sequence[str], include_hostname: bool) -> tuple[str, ...]:
     """Rule 4 for a stream's ``COLUMNS``: every one, but ``hostname`` only when kept."""
     return tuple(name for name in columns if include_hostname or name != "hostname")
-
-
-def kept_hostname(record: Any, include_hostname: bool) -> str | None:
-    """Rule 4 for a sink that reads fields as attributes: ``record.hostname``, or None."""
-    hostname: str | None = record.hostname if include_hostname else None
-    return hostname
 
 
 def run_key(session_root: str | Path) -> str:
