@@ -98,7 +98,7 @@ TEMPLATE_NAMES = frozenset(
         # the mlflow sink's cross-rank summary (_mlflow_summary.py) and its tests
         "Collection", "DEFAULT_WAIT_STEPS", "Fraction", "Group", "POINTS_FILE", "POINTS_WAIT_S",
         "STATE_FILE", "STATE_VERSION", "SUMMARIZED", "SUMMARY_TAG", "Steps", "Summary",
-        "Values", "WAIT_STEPS",
+        "Values", "WAIT_STEPS", "RankRuns", "RunKey", "SLOWEST",
         # the prometheus sink's modules and tests (and what they import)
         "Aggregator", "BUCKETS_MS", "BaseHTTPRequestHandler", "CONTENT_ENCODING", "CONTENT_TYPE",
         "CardinalityError", "DEFAULT_TIMEOUT_S", "DEFAULT_URL", "FAMILIES", "FaultProxy",
