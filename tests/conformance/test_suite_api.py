@@ -34,6 +34,15 @@ def outcomes(recorder: pytest.HookRecorder) -> dict[str, str]:
     return out
 
 
+def failures(recorder: pytest.HookRecorder) -> str:
+    """The failed reports' ids and the last lines of their text, for an assertion message."""
+    return "\n".join(
+        f"{report.nodeid} ({report.when}): {report.longreprtext[-1500:]}"
+        for report in recorder.getreports("pytest_runtest_logreport")
+        if report.failed
+    )
+
+
 # -- ids and inheritance ---------------------------------------------------------------
 
 
@@ -170,8 +179,9 @@ def test_factory_may_be_a_callable(pytester: pytest.Pytester) -> None:
             factory = make_exporter
         """
     )
-    result = outcomes(pytester.inline_run("-p", "no:cacheprovider", "-k", "not throughput"))
-    assert set(result.values()) == {"passed"}
+    recorder = pytester.inline_run("-p", "no:cacheprovider", "-k", "not throughput")
+    result = outcomes(recorder)
+    assert set(result.values()) == {"passed"}, failures(recorder)
     assert len(result) == len(CHECKS) - 1
 
 
