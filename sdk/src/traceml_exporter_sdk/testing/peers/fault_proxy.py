@@ -15,6 +15,7 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import TypeVar
 
@@ -89,8 +90,8 @@ class _Proxy:
 
     # -- serving -----------------------------------------------------------------------
 
-    def _spawn(self, target: object, *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True)  # type: ignore[arg-type]
+    def _spawn(self, target: Callable[..., object], *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
         thread.start()
         self._threads.append(thread)
 
