@@ -107,6 +107,16 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *ignore, *args, env=env)
 
 
+@nox.session(python=PYTHONS[-1], default=False)
+def chaos(session: nox.Session) -> None:
+    """``follow`` under random fault schedules, its invariants checked against the sink
+    (tests/chaos/, docs/chaos.md): ``nox -s chaos -- --seeds 200`` runs seeds 0-199,
+    ``-- --seed 17`` replays one. CI runs a fixed sample in the tests session."""
+    _install_sdk(session, "test")
+    args = session.posargs or ["--seeds", "50"]
+    session.run("python", "-m", "chaos", *args, env={"PYTHONPATH": str(ROOT / "tests")})
+
+
 TORCH_CPU = "torch==2.13.0"
 """The CPU wheel the real TraceML runs on (pip finds it in the local find-links)."""
 

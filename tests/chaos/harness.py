@@ -1,0 +1,100 @@
+"""Run schedules and report: ``python -m chaos --seeds N`` (seeds 0..N-1, or from
+``--first``), ``--seed S`` to replay one; each schedule is printed with what it broke.
+Exit 0 when every invariant held in every schedule, 1 otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from .driver import execute
+from .invariants import Violation, check
+from .schedule import FAULTS, Schedule, generate
+
+__all__ = ["Outcome", "main", "run_seed"]
+
+
+@dataclass
+class Outcome:
+    schedule: Schedule
+    violations: list[Violation]
+    seconds: float
+    work: Path
+
+    def report(self) -> str:
+        head = f"{self.schedule}\n  -> {len(self.violations)} violation(s) in {self.seconds:.1f} s"
+        return "\n".join([head, *(f"     {v}" for v in self.violations)])
+
+
+def run_seed(seed: int, work: Path) -> Outcome:
+    """Generate, execute and check the schedule of ``seed`` in the folder ``work``."""
+    schedule = generate(seed)
+    started = time.monotonic()
+    observation = execute(schedule, work)
+    return Outcome(schedule, check(observation), time.monotonic() - started, work)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
+    parser.add_argument("--seeds", type=int, default=20, help="how many schedules (default 20)")
+    parser.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
+    parser.add_argument("--seed", type=int, action="append", help="replay this seed (repeatable)")
+    parser.add_argument("--jobs", type=int, default=2, help="schedules at once (default 2)")
+    parser.add_argument("--keep", type=Path, help="keep each schedule's folder under this one")
+    parser.add_argument("--dry-run", action="store_true", help="print the schedules, run none")
+    args = parser.parse_args(argv)
+    seeds = args.seed or list(range(args.first, args.first + args.seeds))
+    if args.dry_run:
+        for seed in seeds:
+            print(generate(seed))
+        print(f"\n{len(seeds)} schedules, seeds {_ranges(seeds)} (not run: --dry-run)")
+        return 0
+    root = args.keep or Path(tempfile.mkdtemp(prefix="chaos-"))
+
+    def one(seed: int) -> Outcome:
+        work = root / f"seed{seed}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        outcome = run_seed(seed, work)
+        print(outcome.report(), flush=True)
+        if args.keep is None and not outcome.violations:
+            shutil.rmtree(work, ignore_errors=True)
+        return outcome
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        outcomes = list(pool.map(one, seeds))
+    broken: dict[str, list[int]] = collections.defaultdict(list)
+    for outcome in outcomes:
+        for name in sorted({v.name for v in outcome.violations}):
+            broken[name].append(outcome.schedule.seed)
+    covered = collections.Counter(f for o in outcomes for f in o.schedule.faults)
+    modes = collections.Counter(o.schedule.where for o in outcomes)
+    print(f"\n{len(outcomes)} schedules, seeds {_ranges(seeds)}; modes {dict(modes)}")
+    print("faults covered: " + ", ".join(f"{f} {covered[f]}" for f in FAULTS))
+    missing = [f for f in FAULTS if not covered[f]]
+    if missing:
+        print(f"faults never drawn: {', '.join(missing)}")
+    if not broken:
+        print("every invariant held in every schedule")
+        return 0
+    for name, which in sorted(broken.items()):
+        print(f"{name}: {len(which)} schedule(s), seeds {which}")
+    print(f"failed schedules' folders are under {root}")
+    return 1
+
+
+def _ranges(seeds: list[int]) -> str:
+    if seeds == list(range(seeds[0], seeds[0] + len(seeds))) and len(seeds) > 2:
+        return f"{seeds[0]}..{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
