@@ -12,6 +12,7 @@ is an ``Observation``, which ``invariants.check`` judges.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -30,7 +31,7 @@ from typing import Any
 
 from child_env import child_env
 
-from .schedule import RunPlan, Schedule, Step
+from .schedule import STUCK_AFTER_S, RunPlan, Schedule, Step
 from .sink import open_store, set_mode
 
 __all__ = ["Observation", "execute"]
@@ -39,6 +40,8 @@ TESTS = Path(__file__).resolve().parents[1]
 SCRAPE_S = 0.1
 PORT_LINE = re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
 FOLLOW_DIR = Path("aggregator") / "follow"
+ENDED = ("done", "failed", "deleted")
+"""The states of a run's follow that is over (``failed``, ``deleted``: where ``follow`` has them)."""
 PASSED = "(exported already|the run ended without|cannot be followed)"
 """How ``follow --logs-dir`` says it passes a run over (its stderr)."""
 
@@ -69,6 +72,8 @@ class Observation:
     shutdown_timeout: float
     idle_timeout: float
     started: float
+    stuck_after: float | None = None
+    """``--stuck-after`` as given; None where ``follow`` has no such option."""
     segments: list[Segment] = field(default_factory=list)
     scrapes: list[dict[str, Any]] = field(default_factory=list)
     ledgers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -210,6 +215,7 @@ class _Harness:
             schedule.shutdown_timeout,
             schedule.idle_timeout,
             time.time(),
+            stuck_after=STUCK_AFTER_S if _has_stuck_after(self.env["PYTHONPATH"]) else None,
         )
 
     # -- the follower --------------------------------------------------------------
@@ -238,7 +244,7 @@ class _Harness:
             "--streams",
             "all",
             "--hostname",
-            *self.schedule.follow_args(),
+            *self.schedule.follow_args(self.obs.stuck_after is not None),
         ]
         with open(out_path, "w") as out, open(err_path, "w") as err:
             process = subprocess.Popen(
@@ -419,8 +425,8 @@ class _Harness:
     # -- recovery and the end ------------------------------------------------------
 
     def recover(self) -> None:
-        """Sink up, live runs ended, a follower until every run is settled."""
-        s = self.schedule
+        """Sink up, live runs ended; the follower settles every run, and then the next
+        one started does too (what it resumes, what it passes over)."""
         self.done.set()  # no fault switch flips after this
         for path in self.sink.glob("switch.*"):
             path.unlink()
@@ -434,36 +440,33 @@ class _Harness:
             if not run.orphaned:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     run.launcher.wait(30)
-        started = time.time()
         self.end_follow()
+        self._settle()
+        self._settle()  # the next start
+        self._final()
+
+    def _settle(self) -> None:
+        """A follower (the one running, else a new one) until every run is settled (or a
+        deadline: recorded as unsettled); ``--logs-dir``'s then gets SIGTERM."""
+        s = self.schedule
         if self.follower is None:
             self.start_follow()
+        if self.follower is None or self.segment is None:
+            return  # the one run's folder was deleted: nothing to follow
         deadline = time.monotonic() + s.idle_timeout + s.shutdown_timeout + 20
-        if s.where == "session-root":
-            while self.follower is not None and self.follower.poll() is None:
-                if time.monotonic() > deadline:
-                    self.obs.recovery_settled = False
-                    self.obs.unsettled = [s.runs[0].name]
-                    self.obs.unsettled_states = self._states(self.obs.unsettled)
-                    self.signal_follow(signal.SIGTERM, s.shutdown_timeout + 30)
-                    break
-                time.sleep(0.1)
-            self.end_follow()
-            self._final()
-            return
-        while True:
-            unsettled = self._unsettled(started)
-            if not unsettled or self.follower is None or self.follower.poll() is not None:
+        since = self.segment.start
+        while self.follower is not None and self.follower.poll() is None:
+            unsettled = [s.runs[0].name] if s.where == "session-root" else self._unsettled(since)
+            if not unsettled:
                 break
             if time.monotonic() > deadline:
                 self.obs.recovery_settled = False
+                self.obs.unsettled = unsettled
+                self.obs.unsettled_states = self._states(unsettled)
                 break
             time.sleep(0.1)
-        self.obs.unsettled = unsettled
-        self.obs.unsettled_states = self._states(unsettled)
         time.sleep(3 * SCRAPE_S)  # a scrape of the settled state
         self.signal_follow(signal.SIGTERM, s.shutdown_timeout + 30)
-        self._final()
 
     def _states(self, names: list[str]) -> dict[str, str | None]:
         return {
@@ -481,9 +484,10 @@ class _Harness:
             if name in self.obs.deleted:
                 continue
             status = _read_json(run.root / FOLLOW_DIR / "status.json") or {}
-            done = status.get("state") == "done" and float(status.get("updated") or 0) > since
+            ended = status.get("state") in ENDED
+            done = ended and float(status.get("updated") or 0) > since
             passed = re.search(rf"follow {re.escape(name)}: {PASSED}", err) is not None
-            if not (done or (passed and status.get("state") == "done")):
+            if not (done or (passed and ended)):
                 out.append(name)
         return out
 
@@ -520,6 +524,21 @@ class _Harness:
         for run in self.runs.values():
             if run.alive() or run.orphaned:
                 run.kill_whole()
+
+
+@functools.cache
+def _has_stuck_after(pythonpath: str) -> bool:
+    """``follow`` has ``--stuck-after`` (a hung call's threshold), which the fix of issue 39
+    brings; older ones are run without it."""
+    help_text = subprocess.run(
+        [sys.executable, "-m", "traceml_exporter_sdk.cli", "follow", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=child_env(pythonpath.split(os.pathsep)),
+    ).stdout
+    return "--stuck-after" in help_text
 
 
 def _present_ids(root: Path) -> list[int] | None:

@@ -23,6 +23,8 @@ The names:
 - ``pruned-not-counted-when-pruned``: rows TraceML pruned during an outage, never read,
   raise ``rows_pruned_total`` within two poll intervals;
 - ``failure-not-counted``: a run whose exporter failed shows no failure in its status;
+- ``loss-not-counted``: a run's follow that ended (its state done, failed, deleted)
+  left rows unsent that its ``status.json`` does not count as lost, with a reason;
 - ``deleted-run-not-named`` / ``deleted-run-still-in-metrics`` /
   ``deleted-run-recreated``: a run folder deleted under the follower is named, its
   series leave ``/metrics`` (or say it), and the follower does not write it again;
@@ -33,9 +35,10 @@ The names:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +52,13 @@ TOLERANCE_S = SCRAPE_S + 0.4
 """What the harness's own measurement may add to a deadline: one scrape period and the
 scheduling of four processes on a shared two-core machine."""
 SIGTERM_MARGIN_S = 5.0
-FAULT_STATES = ("sink-down", "hung", "failed", "stalled")
+FAULT_STATES = ("sink-down", "stuck", "hung", "failed", "stalled")
 """State labels that say the sink is in trouble (any containing one of these words)."""
 PRUNED_TOTAL = "traceml_exporter_follow_rows_pruned_total"
+LOST_TOTAL = "traceml_exporter_follow_rows_lost_total"
+ENDED = ("done", "failed", "deleted")
+UNCOUNTED_MARGIN_S = 0.1
+"""Rows committed this close before a follow's end may come after its last count."""
 
 
 @dataclass(frozen=True)
@@ -130,18 +137,26 @@ def _has_series(scrape: dict[str, Any], run: str) -> bool:
     return any(labels.get("run") == run for _, labels, _ in scrape["metrics"])
 
 
-def _shows_trouble(scrape: dict[str, Any], run: str, kind: str) -> bool:
-    """The run's series say its sink is down, failing or hung."""
+def _troubled(scrape: dict[str, Any], *, run: str, kind: str) -> bool:
+    """The run's series say its sink is down or hung (``sink_down``, a fault state, the
+    age of the call in progress), or, failed permanently, its own state and a failure
+    count (issue 39: both)."""
+    states = [
+        labels.get("state", "")
+        for name, labels, value in scrape["metrics"]
+        if name.endswith("_state") and labels.get("run") == run and value == 1
+    ]
+    if kind == "permanent":
+        failures = _value(scrape, "traceml_exporter_follow_exporter_failures_total", run)
+        return bool(failures) and any(s not in ("following", "done", "waiting") for s in states)
+    if any(word in state for state in states for word in FAULT_STATES):
+        return True
     for name, labels, value in scrape["metrics"]:
         if labels.get("run") != run or not value:
             continue
         if name.endswith("_sink_down") and value == 1:
             return True
-        if name.endswith("_state") and any(w in labels.get("state", "") for w in FAULT_STATES):
-            return True
         if kind == "hang" and ("hung" in name or "call_age" in name or "call_seconds" in name):
-            return True
-        if kind == "permanent" and "exporter_failures" in name and not name.endswith("_created"):
             return True
     return False
 
@@ -197,10 +212,18 @@ def _delivery(obs: Observation) -> Iterator[Violation]:
             "status.json": _status_pruned(status),
             "finalization_warning.json": _warning_pruned(warning),
         }
+        if status is not None and "lost" in status:  # the reasons' vocabulary, where it is
+            said["status.json lost"] = int((status["lost"] or {}).get("pruned", 0))
+            block = (warning or {}).get("follow") or {}
+            if "lost" in block:
+                said["finalization_warning.json lost"] = int((block["lost"] or {}).get("pruned", 0))
         if obs.where == "logs-dir" and last is not None:
             scraped = [s for s in obs.scrapes if s["segment"] == last.index and _has_series(s, run)]
             if scraped:
                 said["/metrics"] = _value(scraped[-1], PRUNED_TOTAL, run)
+                if any(name == LOST_TOTAL for name, _, _ in scraped[-1]["metrics"]):
+                    pruned = _value(scraped[-1], LOST_TOTAL, run, reason="pruned")
+                    said["/metrics rows_lost_total"] = pruned or 0.0
         if len(set(said.values())) > 1:
             yield Violation("loss-count-disagrees", f"{run}: rows pruned before read: {said}")
 
@@ -220,6 +243,9 @@ def _exit_codes(obs: Observation) -> Iterator[Violation]:
                 bad.append(f"{run} lost {status['rows_pruned']} rows to retention")
             if status.get("end") == "exporter-failed":
                 bad.append(f"{run}'s exporter failed")
+            lost = {r: n for r, n in (status.get("lost") or {}).items() if n and r != "interrupted"}
+            if lost and not status.get("rows_pruned"):
+                bad.append(f"{run} lost rows {lost}")
         for run, at in obs.deleted.items():
             rows = _rows(obs, run)
             if segment.start <= at <= (segment.end or at) and _had(obs, segment, run, at):
@@ -234,8 +260,9 @@ def _exit_codes(obs: Observation) -> Iterator[Violation]:
 
 
 def _had(obs: Observation, segment: Segment, run: str, before: float) -> bool:
-    """``segment``'s follower showed ``run`` in /metrics before ``before``: it followed it."""
-    return any(
+    """``segment``'s follower had found ``run`` before ``before``: its progress lines name
+    it, or its /metrics showed it."""
+    return f"follow {run}: " in segment.err or any(
         s["segment"] == segment.index and s["t"] < before and _has_series(s, run)
         for s in obs.scrapes
     )
@@ -260,6 +287,17 @@ def _complete(obs: Observation) -> Iterator[Violation]:
                     f"follow #{segment.index} (exit {segment.exit_code}): {run}'s status end "
                     f"'complete' with {_first(unsent)} not in the sink",
                 )
+            if fresh and status.get("state") in ENDED:
+                since = float(status.get("since") or snap["at"]) - UNCOUNTED_MARGIN_S
+                left = _unsent(rows, snap["sink"], since)
+                counted = sum(int(n) for n in (status.get("lost") or {}).values())
+                if len(left) > counted:
+                    yield Violation(
+                        "loss-not-counted",
+                        f"follow #{segment.index} (exit {segment.exit_code}, {segment.ended_by}): "
+                        f"{run} ended {status.get('end')!r} with {_first(left)} not in the sink, "
+                        f"{counted} counted as lost in status.json ({status.get('lost')})",
+                    )
             passed = re.search(rf"follow {re.escape(run)}: exported already", segment.err)
             if passed and unsent:
                 yield Violation(
@@ -339,22 +377,49 @@ def _visibility(obs: Observation) -> Iterator[Violation]:
         if period is None or (run, period[0]) in seen:
             continue
         seen.add((run, period[0]))
-        end = t + deadline + TOLERANCE_S
-        segment = _segment_at(obs, t, end + SCRAPE_S)
-        if period[1] < end + SCRAPE_S or segment is None or run in obs.deleted:
-            continue  # the fault ended first, or no follower lived through the window
-        scrapes = _scrapes(obs, segment.index, t, end)
-        if not scrapes:
-            continue
-        what = f"follow #{segment.index}: {run}'s sink {mode} from {method} at +{t - obs.started:.2f} s"
-        if not any(_shows_trouble(s, run, kind) for s in scrapes):
+        what = f"{run}'s sink {mode} from {method} at +{t - obs.started:.2f} s"
+        shown = _within(
+            obs, run, t, deadline, period[1], functools.partial(_troubled, run=run, kind=kind)
+        )
+        if shown is not None and not shown[1]:
             yield Violation(
                 "fault-not-in-metrics",
-                f"{what}: /metrics showed nothing within {deadline:g} s (+{TOLERANCE_S:g} s)",
+                f"follow #{shown[0]}: {what}: /metrics showed nothing within {deadline:g} s "
+                f"(+{TOLERANCE_S:g} s)",
             )
-        if all(s["health"] == 200 for s in scrapes):
-            yield Violation("fault-not-in-healthz", f"{what}: /healthz answered 200 throughout")
+        if kind == "permanent":
+            continue  # its own state and a failure count, not /healthz (issue 39)
+        # a hung call is one running --stuck-after (where follow has it); then the deadline
+        extra = (obs.stuck_after or 0.0) if kind == "hang" else 0.0
+        health = _within(obs, run, t, extra + deadline, period[1], lambda s: s["health"] != 200)
+        if health is not None and not health[1]:
+            yield Violation(
+                "fault-not-in-healthz",
+                f"follow #{health[0]}: {what}: /healthz answered 200 for {extra + deadline:g} s "
+                f"(+{TOLERANCE_S:g} s)",
+            )
     yield from _pruned_in_time(obs, deadline)
+
+
+def _within(
+    obs: Observation,
+    run: str,
+    t: float,
+    deadline: float,
+    fault_end: float,
+    shows: Callable[[dict[str, Any]], bool],
+) -> tuple[int, bool] | None:
+    """Whether a scrape within ``deadline`` (+ the tolerance) of ``t`` ``shows`` it, with
+    the follower's number; None when there is nothing to judge: the fault ended first, no
+    one follower lived through the window, or nothing was scraped in it."""
+    end = t + deadline + TOLERANCE_S
+    segment = _segment_at(obs, t, end + SCRAPE_S)
+    if fault_end < end + SCRAPE_S or segment is None or run in obs.deleted:
+        return None
+    scrapes = _scrapes(obs, segment.index, t, end)
+    if not scrapes:
+        return None
+    return segment.index, any(shows(s) for s in scrapes)
 
 
 def _pruned_in_time(obs: Observation, deadline: float) -> Iterator[Violation]:

@@ -28,6 +28,9 @@ FAULTS = (
     "run_appear",
 )
 """The fault vocabulary; ``run_end`` (a run finishing on its own) comes with every run."""
+STUCK_AFTER_S = 1.5
+"""``--stuck-after`` where ``follow`` has it: a call this long is stuck (a slow call, at
+most 1 s here, is not)."""
 HORIZON_S = 9.0
 """Faults fall within the first this many seconds; then the harness recovers and checks."""
 
@@ -95,8 +98,11 @@ class Schedule:
     def faults(self) -> set[str]:
         return {s.action for s in self.steps if s.action in FAULTS}
 
-    def follow_args(self) -> list[str]:
+    def follow_args(self, stuck_after: bool = False) -> list[str]:
+        """``follow``'s options (``--stuck-after`` only where it has the option)."""
+        stuck = ["--stuck-after", str(STUCK_AFTER_S)] if stuck_after else []
         return [
+            *stuck,
             "--poll-interval",
             str(self.poll_interval),
             "--flush-interval",
@@ -155,9 +161,11 @@ def generate(seed: int) -> Schedule:
     for _ in range(rng.randint(1, 4)):
         fault = rng.choice(vocabulary)
         t = round(rng.uniform(0.5, HORIZON_S - 2.0), 2)
-        target = rng.choice(runs).name
-        if fault in ("sink_down", "sink_hang"):
+        target = rng.choice([r for r in runs if r.start < t] or runs[:1]).name
+        if fault == "sink_down":
             steps.append(Step(t, fault, seconds=round(rng.uniform(0.8, 3.0), 2)))
+        elif fault == "sink_hang":
+            steps.append(Step(t, fault, seconds=round(rng.uniform(1.5, 4.0), 2)))
         elif fault == "sink_slow":
             steps.append(
                 Step(
