@@ -41,9 +41,9 @@ def aggregate(spec: dict[str, Any]) -> int:
 
     root, ledger = Path(spec["root"]), Path(spec["ledger"])
     stop = Path(spec["stop"])
-    Path(spec["pid_file"]).write_text(str(os.getpid()), encoding="utf-8")
     launcher = os.getppid()
     writer = Writer050(root, session_id=root.name)
+    Path(spec["pid_file"]).write_text(str(os.getpid()), encoding="utf-8")  # the run is there
     deadline = time.monotonic() + float(spec["seconds"])
     retention = spec.get("retention")
     commits: list[tuple[float, int]] = []

@@ -198,6 +198,8 @@ def _delivery(obs: Observation) -> Iterator[Violation]:
         missing = set(rows.written) - rows.in_sink
         final = obs.final.get(run) or {}
         status, warning = final.get("status"), final.get("warning")
+        if not rows.written and status is None:
+            continue  # killed before it wrote a row: nothing to deliver, nothing to follow
         lost = missing & rows.pruned
         silent = missing - rows.pruned
         if silent:
