@@ -56,6 +56,8 @@ class Segment:
     exit_code: int | None = None
     ended_by: str = "itself"
     signal_at: float | None = None
+    done_before_signal: bool = False
+    """It had printed its summary (ended by itself) when the signal was sent."""
     out: str = ""
     err: str = ""
     snapshot: dict[str, Any] = field(default_factory=dict)
@@ -272,6 +274,8 @@ class _Harness:
         if process is None or segment is None or process.poll() is not None:
             self.end_follow()
             return
+        summary = self._paths(segment.index)[0].read_text(errors="replace")
+        segment.done_before_signal = "follow of " in summary  # it had printed its end
         segment.signal_at = time.time()
         segment.ended_by = signal.Signals(signum).name
         process.send_signal(signum)

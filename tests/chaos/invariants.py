@@ -360,14 +360,16 @@ def _sigterm(obs: Observation) -> Iterator[Violation]:
                 f"follow #{segment.index} took {took:.1f} s to end "
                 f"after SIGTERM (bound {bound:g} s; exit {segment.exit_code})",
             )
-        ended_before = obs.where == "session-root" and all(
+        # one that had ended by itself (a killed or deleted run) as it came has none to
+        # name: it had printed its summary, or its one run's follow was over already
+        over = obs.where == "session-root" and all(
             (snap.get("status") or {}).get("state") in ENDED
             and segment.start
             <= float((snap.get("status") or {}).get("since") or 0)
             <= segment.signal_at
             for snap in segment.snapshot.values()
-        )  # it had ended by itself (a killed run) as the signal came: nothing to name
-        if "SIGTERM" not in segment.out + segment.err and not ended_before:
+        )
+        if "SIGTERM" not in segment.out + segment.err and not (segment.done_before_signal or over):
             yield Violation(
                 "sigterm-not-named",
                 f"follow #{segment.index} (exit {segment.exit_code}) never says SIGTERM",
