@@ -12,6 +12,7 @@ is an ``Observation``, which ``invariants.check`` judges.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -94,6 +95,20 @@ class Observation:
 
     def dump(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> Observation:
+        """What ``dump`` wrote (``--recheck``: judge a kept execution again)."""
+        data = json.loads(path.read_text(encoding="utf-8"))
+        known = {f.name for f in dataclasses.fields(Segment)}
+        segments = [
+            Segment(**{k: v for k, v in s.items() if k in known}) for s in data.pop("segments")
+        ]
+        data["killed"] = {k: tuple(v) for k, v in data.get("killed", {}).items()}
+        data["switches"] = [tuple(s) for s in data.get("switches", [])]
+        data["calls"] = [tuple(c) for c in data.get("calls", [])]
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in fields}, segments=segments)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .driver import execute
+from .driver import Observation, execute
 from .invariants import Violation, check
 from .schedule import FAULTS, Schedule, generate
 
@@ -49,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="schedules at once (default 2)")
     parser.add_argument("--keep", type=Path, help="keep each schedule's folder under this one")
     parser.add_argument("--dry-run", action="store_true", help="print the schedules, run none")
+    parser.add_argument(
+        "--recheck", type=Path, help="judge the kept folders under this one again, run nothing"
+    )
     args = parser.parse_args(argv)
+    if args.recheck is not None:
+        return _recheck(args.recheck)
     seeds = args.seed or list(range(args.first, args.first + args.seeds))
     if args.dry_run:
         for seed in seeds:
@@ -88,6 +93,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {len(which)} schedule(s), seeds {which}")
     print(f"failed schedules' folders are under {root}")
     return 1
+
+
+def _recheck(root: Path) -> int:
+    """The invariants judged again on every ``observation.json`` under ``root``."""
+    broken: dict[str, list[str]] = collections.defaultdict(list)
+    paths = sorted(root.glob("*/observation.json"))
+    for path in paths:
+        for violation in check(Observation.load(path)):
+            print(f"{path.parent.name}: {violation}")
+            broken[violation.name].append(path.parent.name)
+    print(f"\n{len(paths)} observations rechecked")
+    for name, which in sorted(broken.items()):
+        print(f"{name}: {len(set(which))} schedule(s): {sorted(set(which))}")
+    return 1 if broken else 0
 
 
 def _ranges(seeds: list[int]) -> str:

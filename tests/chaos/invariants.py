@@ -57,6 +57,8 @@ FAULT_STATES = ("sink-down", "stuck", "hung", "failed", "stalled")
 PRUNED_TOTAL = "traceml_exporter_follow_rows_pruned_total"
 LOST_TOTAL = "traceml_exporter_follow_rows_lost_total"
 ENDED = ("done", "failed", "deleted")
+RUN_ENDS = ("complete", "aggregator-gone", "idle", "deleted")
+"""Ends of a follow the run itself brings (not the sink, not a signal)."""
 UNCOUNTED_MARGIN_S = 0.1
 """Rows committed this close before a follow's end may come after its last count."""
 
@@ -364,9 +366,8 @@ def _sigterm(obs: Observation) -> Iterator[Violation]:
         # name: it had printed its summary, or its one run's follow was over already
         over = obs.where == "session-root" and all(
             (snap.get("status") or {}).get("state") in ENDED
-            and segment.start
-            <= float((snap.get("status") or {}).get("since") or 0)
-            <= segment.signal_at
+            and float((snap.get("status") or {}).get("since") or 0) >= segment.start
+            and (snap.get("status") or {}).get("end") in RUN_ENDS
             for snap in segment.snapshot.values()
         )
         if "SIGTERM" not in segment.out + segment.err and not (segment.done_before_signal or over):
