@@ -73,8 +73,7 @@ class FlakyJsonl:
     def _count(self, name: str, add: int = 0) -> int:
         path = self._state / name
         value = int(path.read_text() or 0) if path.exists() else 0
-        if add:
-            path.parent.mkdir(parents=True, exist_ok=True)
+        if add:  # the run's aggregator/ is there (a deleted run folder is not made again)
             path.write_text(str(value + add))
         return value + add
 

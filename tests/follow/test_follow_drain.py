@@ -165,7 +165,7 @@ def test_the_lag_of_a_backlog_is_the_age_of_its_rows_not_of_the_pass_that_read_t
     status = RunStatus(folder.root)
     ledger = Ledger(folder, status)
     source: Any = SimpleNamespace(
-        last_id={"step_time_samples": 0}, pruned={}, skipped=0, rows_read=0, pruned_rows=0
+        last_id={"step_time_samples": 0}, pruned={}, skipped=0, rows_read=0, pruned_rows=0, read={}
     )
     received_ns = time.time_ns() - 600 * 10**9  # rows TraceML received 10 minutes ago
     source.last_id = {"step_time_samples": 2000}

@@ -61,7 +61,7 @@ from ._export.report import (
     write_warning_file,
 )
 from .context import ExporterContext
-from .exporter import Exporter, is_permanent
+from .exporter import Exporter, is_permanent, setting_error
 from .factory import FactoryFailure, call_factory, load_exporter
 from .mapping import records_from_payload
 from .records import ExportRecord, RecordBatch
@@ -147,6 +147,7 @@ class ExportWorker:
         self._thread: threading.Thread | None = None
         self._exporter: Exporter | None = None
         self._opened = False
+        self._call_now: tuple[Method, float] | None = None
         self._failure: ExportFailure | None = None
         self._dropped = 0
         self._skipped = 0
@@ -287,6 +288,12 @@ class ExportWorker:
         return self._opened and self._failure is None
 
     @property
+    def call_in_progress(self) -> tuple[Method, float] | None:
+        """The exporter method running now and when it started (Unix time), or None: a
+        watcher sees a call that hangs, which nothing else shows until it returns."""
+        return self._call_now
+
+    @property
     def failure(self) -> ExportFailure | None:
         """The failure that stopped export so far, if any."""
         return self._failure
@@ -335,12 +342,16 @@ class ExportWorker:
         exporter = self._exporter
         if exporter is None or self._abandoned:
             return False
+        self._call_now = (method, time.time())
         try:
             getattr(exporter, method)(*args, **kwargs)
         except BaseException as exc:  # any raise stops export; the run goes on
             if not self._abandoned:
-                self._fail(method, describe_exception(exc), permanent=is_permanent(exc))
+                permanent = is_permanent(exc) or setting_error(method, exc)
+                self._fail(method, describe_exception(exc), permanent=permanent)
             return False
+        finally:
+            self._call_now = None
         return True
 
     def _admit(self, group: list[_Batch]) -> list[Any]:

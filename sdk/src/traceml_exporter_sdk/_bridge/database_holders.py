@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 __all__ = ["DatabaseWriters", "database_holders"]
 
@@ -64,7 +66,31 @@ class DatabaseWriters:
         self.launchers: set[int] | None = None
         """Their parents (init and us left out); None: not known."""
         self.parents: dict[int, int] = {}
-        """Each holder's parent when it was first found."""
+        """Each holder's parent when it was first found (by this follower or, through
+        ``restore``, by an earlier one)."""
+        self._started: dict[int, str] = {}
+        """Each holder's start time (``/proc/<pid>/stat``), which tells it from a later
+        process given the same pid."""
+
+    def known(self) -> dict[str, Any]:
+        """The holders found, each with its start time and first parent: what a follower
+        started again needs to tell an orphan from a run looked after."""
+        return {
+            str(pid): {"started": self._started[pid], "parent": parent}
+            for pid, parent in self.parents.items()
+            if pid in self._started
+        }
+
+    def restore(self, known: Mapping[str, Any]) -> None:
+        """Take the first parents an earlier follower saw, for those of its holders that
+        still run (the same pid with the same start time)."""
+        for pid_text, seen in known.items():
+            with contextlib.suppress(TypeError, ValueError, KeyError):
+                pid, started, parent = int(pid_text), str(seen["started"]), int(seen["parent"])
+                fields = _stat(pid)
+                if fields is not None and len(fields) > 19 and fields[19] == started:
+                    self.parents.setdefault(pid, parent)
+                    self._started.setdefault(pid, started)
 
     def find(self) -> None:
         """Note who has the database open now, and their parents."""
@@ -75,8 +101,9 @@ class DatabaseWriters:
         if holders:
             for pid in holders:
                 fields = _stat(pid)
-                if fields is not None:
+                if fields is not None and len(fields) > 19:
                     self.parents.setdefault(pid, int(fields[1]))
+                    self._started.setdefault(pid, fields[19])
             parents = {self.parents[pid] for pid in holders if pid in self.parents}
             self.launchers = parents - {0, 1, os.getpid()}
 
@@ -99,7 +126,9 @@ class DatabaseWriters:
         open still has it, and still has the parent it had then (its launcher lives).
 
         False where /proc cannot tell, and for an aggregator that is gone or orphaned
-        (re-parented after its launcher died): only then may a quiet run be given up.
+        (re-parented after its launcher died, or found with init as its parent, as a
+        follower started after the launcher's death finds it): only then may a quiet run
+        be given up.
         """
         if self.holders is None:
             self.find()
@@ -111,6 +140,6 @@ class DatabaseWriters:
             if fields is None or fields[0] in ("Z", "X") or not _holds(f"/proc/{pid}", target):
                 continue
             parent = self.parents.get(pid)
-            if parent is not None and int(fields[1]) == parent and _alive(parent):
+            if parent is not None and parent > 1 and int(fields[1]) == parent and _alive(parent):
                 return True
         return False

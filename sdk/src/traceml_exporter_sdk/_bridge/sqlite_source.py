@@ -216,6 +216,23 @@ class SqliteSource:
             return {}
         return {plan.table: int(seqs.get(plan.table) or 0) for plan in self.tables}
 
+    def lowest_ids(self) -> dict[str, int | None]:
+        """The lowest id left in each planned table (None: empty), each one short
+        statement: rows after ``last_id`` and below it were deleted before they were read.
+
+        Raises:
+            BackfillError: SQLite failed while reading.
+        """
+        out: dict[str, int | None] = {}
+        for plan in self.tables:
+            try:
+                query = f"SELECT min(id) FROM {_quote(plan.table)}"  # noqa: S608
+                row = self.connection.execute(query).fetchone()
+            except DATABASE_ERRORS as exc:
+                raise BackfillError(f"{self.path}: reading table {plan.table}: {exc}") from None
+            out[plan.table] = None if row is None or row[0] is None else int(row[0])
+        return out
+
     def count_tail_pruned(self) -> int:
         """Add the rows deleted after the last one read (no later row shows the gap)."""
         added = 0

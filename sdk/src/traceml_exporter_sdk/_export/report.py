@@ -107,15 +107,18 @@ def write_warning_file(
     """Write ``content`` as ``<session_root>/aggregator/finalization_warning.json``
     (or as ``path``, where a caller keeps its warnings elsewhere).
 
-    Written to a ``.tmp`` file and renamed into place. Returns ``(path, None)``,
+    Written to a ``.tmp`` file and renamed into place. Elsewhere than TraceML's place
+    only the file's own folder is made (a run folder deleted under a follower, whose
+    warnings are in ``aggregator/follow/``, is not made again). Returns ``(path, None)``,
     or ``(None, why)`` when it could not be written; that is logged at ERROR too,
     with the content, so the loss it records is never silent.
     """
+    default = session_root / "aggregator" / WARNING_FILE
     if path is None:
-        path = session_root / "aggregator" / WARNING_FILE
+        path = default
     tmp = path.with_suffix(".json.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=path == default, exist_ok=True)
         tmp.write_bytes(orjson.dumps(content, option=orjson.OPT_INDENT_2))
         os.replace(tmp, path)
     except OSError as exc:

@@ -22,10 +22,13 @@ if TYPE_CHECKING:
     from .._bridge.follow import FollowResult, RunFolder
     from ..worker import ExportWorker
 
-__all__ = ["ENDS", "end_message", "follow_summary", "leave_the_truth"]
+__all__ = ["ENDS", "end_message", "exit_code", "follow_summary", "leave_the_truth", "worst"]
 
 ENDS = {
-    "complete": "complete (TraceML marked the telemetry finished)",
+    "complete": "complete (TraceML marked the telemetry finished; every row acknowledged)",
+    "timed-out": "NOT complete: TraceML marked the run finished, but the drain passed "
+    "--shutdown-timeout before every row was acknowledged; started again, follow resumes "
+    "from the bookmark",
     "aggregator-gone": "NOT FINISHED: the aggregator is gone and TraceML never marked the run "
     "complete (killed?)",
     "idle": "NOT FINISHED: no new row for --idle-timeout, the run is not marked complete and "
@@ -34,13 +37,29 @@ ENDS = {
     "stalled": "stopped: the exporter took no batch for --shutdown-timeout",
     "read-error": "stopped: the database could not be read",
     "interrupted": "interrupted; drained, flushed, bookmark saved",
+    "deleted": "the run folder was deleted; what it held and was not exported is lost",
 }
+INCOMPLETE_ENDS = ("aggregator-gone", "idle", "deleted")
+SEVERITY = (EXIT_OK, EXIT_INTERRUPTED, EXIT_INCOMPLETE, EXIT_INPUT, EXIT_EXPORT, EXIT_PERMANENT)
+"""Exit codes from the least to the most pressing: ``--logs-dir`` ends with its runs' worst."""
 
 
 def end_message(result: FollowResult, signal_name: str | None = None) -> str:
     """How the follow ended, in the words of the summary's ``run`` line."""
+    if result.end == "interrupted" and result.report.timed_out:
+        return (
+            f"interrupted ({signal_name or 'Ctrl-C'}); the exporter did not finish within "
+            f"--shutdown-timeout and was abandoned: {result.left_rows:,} rows not "
+            "acknowledged, the bookmark saved at the last acknowledgement"
+        )
     if result.end == "interrupted":
         return f"interrupted ({signal_name or 'Ctrl-C'}); drained, flushed, bookmark saved"
+    if result.end == "timed-out":
+        return (
+            "NOT complete: TraceML marked the run finished, but the drain passed "
+            f"--shutdown-timeout with {result.left_rows:,} rows not acknowledged; started "
+            "again, follow resumes from the bookmark"
+        )
     if result.end == "exporter-failed" and result.permanent:
         return "stopped: the exporter failed permanently (retrying cannot fix it)"
     if result.end == "exporter-failed" and result.gave_up:
@@ -54,11 +73,13 @@ def leave_the_truth(result: FollowResult, folder: RunFolder, message: str) -> No
     (earlier failures it recovered from are history in ``status.json``)."""
     from .._bridge.follow import record_follow
 
+    if result.end == "deleted":
+        return  # nowhere to write it: the folder stays deleted (the loss is in /metrics)
     source = result.source
-    incomplete = result.end in ("aggregator-gone", "idle") or result.pruned_rows > 0
+    incomplete = result.end in INCOMPLETE_ENDS or result.pruned_rows > 0
     skipped = result.skipped_before + source.skipped
     report = result.report
-    lost = report.exporter_failed or report.dropped_batches or report.timed_out
+    lost = report.exporter_failed or report.dropped_batches or report.timed_out or result.lost
     if not (incomplete or skipped or result.bookmark_error or result.end != "complete" or lost):
         with contextlib.suppress(FileNotFoundError):
             folder.warning_path.unlink()
@@ -70,11 +91,13 @@ def leave_the_truth(result: FollowResult, folder: RunFolder, message: str) -> No
         "rows_read": source.rows_read,
         "pruned_rows": source.pruned,
         "skipped_rows": skipped,
-        "bookmark": str(folder.bookmark_path),
+        "bookmark": str(folder.bookmark_path) if folder.bookmark_path.exists() else None,
         "bookmark_error": result.bookmark_error,
         "exporter_failures": result.exporter_failures,
         "resent_records": result.resent_records,
         "permanent_failure": result.permanent,
+        "lost": dict(result.lost),
+        "exit_code": exit_code(result),
     }
     record_follow(result, folder, block)
     result.report = dataclasses.replace(
@@ -92,7 +115,6 @@ def follow_summary(
 ) -> int:
     """Print the summary of one run's follow and return its exit code."""
     source, report = result.source, result.report
-    incomplete = result.end in ("aggregator-gone", "idle") or result.pruned_rows > 0
     skipped = result.skipped_before + source.skipped
     lines = [
         f"follow of {folder.root} ({source.rows_read:,} rows read"
@@ -111,26 +133,58 @@ def follow_summary(
             "records sent again)"
         )
     lines.append(f"{'run':<26} {end_message(result, signal_name)}")
-    lines.append(f"{'bookmark':<26} {result.bookmark_error or folder.bookmark_path}")
-    code = summarize(report, lines, out, spec, None, "")
+    if result.lost:
+        lost = ", ".join(f"{rows:,} {reason}" for reason, rows in result.lost.items())
+        lines.append(f"{'not exported':<26} {lost}")
+    bookmark = folder.bookmark_path
+    held = bookmark if bookmark.exists() else "none (nothing was acknowledged)"
+    lines.append(f"{'bookmark':<26} {result.bookmark_error or held}")
+    summarize(report, lines, out, spec, None, "")
+    code = exit_code(result)
     if result.end == "interrupted":
-        error_line(
-            f"interrupted by {signal_name or 'Ctrl-C'}; the bookmark {folder.bookmark_path} "
-            "holds what was delivered"
+        where = (
+            f"the bookmark {bookmark}" if bookmark.exists() else "no bookmark (none acknowledged)"
         )
-        return EXIT_INTERRUPTED
-    if code != EXIT_OK:
-        return EXIT_PERMANENT if result.permanent else code
-    if result.end == "read-error":
+        error_line(f"interrupted by {signal_name or 'Ctrl-C'}; {where} holds what was delivered")
+    elif result.end == "read-error":
         error_line(f"reading {folder.database} failed: {result.read_error}")
-        return EXIT_INPUT
-    if result.end == "stalled":
+    elif result.end == "stalled":
         error_line(f"exporter {spec!r} stalled: it took no batch for --shutdown-timeout")
-        return EXIT_EXPORT
-    if incomplete:
+    elif code == EXIT_INCOMPLETE:
         why = ENDS[result.end] if result.end != "complete" else "the run completed"
         if result.pruned_rows:
             why += f"; {result.pruned_rows:,} rows were pruned by retention before they were read"
+        if result.skipped_before + source.skipped:
+            why += f"; {result.skipped_before + source.skipped:,} rows fit no record"
         error_line(f"the export is incomplete: {why}")
+    return code
+
+
+def exit_code(result: FollowResult) -> int:
+    """The exit code of one run's follow (docs/follow.md, "Exit codes")."""
+    report = result.report
+    if result.end == "interrupted" and not report.timed_out:
+        return EXIT_INTERRUPTED
+    if result.end == "deleted":
+        return EXIT_INCOMPLETE  # nothing to retry: the rows are gone with the folder
+    if result.permanent:
+        return EXIT_PERMANENT
+    if (
+        report.failure is not None
+        or report.timed_out
+        or report.dropped_batches
+        or report.warning_error is not None
+        or result.end in ("stalled", "timed-out")
+    ):
+        return EXIT_EXPORT
+    if result.end == "read-error":
+        return EXIT_INPUT
+    skipped = result.skipped_before + result.source.skipped
+    if result.end in INCOMPLETE_ENDS or result.pruned_rows or skipped:
         return EXIT_INCOMPLETE
     return EXIT_OK
+
+
+def worst(codes: list[int]) -> int:
+    """The most pressing of several runs' exit codes (``SEVERITY``); 0 for none."""
+    return max(codes, key=SEVERITY.index, default=EXIT_OK)

@@ -24,6 +24,9 @@ Guarantees (docs/follow.md):
   after a backoff a new one is made with the factory and reading goes on from the
   last acknowledged position, so no row is lost while the database still holds it
   and nothing acknowledged is sent twice. A failure marked permanent ends it.
+* "complete" only when every row was acknowledged: what is left at the end is counted
+  with its reason (``loss``), and a stop never waits on the exporter past
+  ``shutdown_timeout`` (a hung call is abandoned on its daemon thread).
 """
 
 from __future__ import annotations
@@ -33,12 +36,10 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ..._export.feeding import wait_for_room
-from ..._export.report import ExportFailure, ExportReport, write_warning_file
+from ..._export.report import ExportFailure, ExportReport
 from ...worker import ExportWorker
 from ..database_holders import DatabaseWriters
 from ..sqlite_source import (
@@ -50,16 +51,13 @@ from ..sqlite_source import (
 )
 from .database import Signature, connect, files_signature, finish_traceml_close
 from .ledger import BOOKMARK_VERSION, Ledger
+from .loss import tally
+from .result import FAILED_ENDS, End, FollowResult
 from .retry import Backoff
 from .run import FollowError, RunFolder, run_complete
 from .status import RunStatus
 
-__all__ = [
-    "BOOKMARK_VERSION",
-    "End",
-    "FollowResult",
-    "Follower",
-]
+__all__ = ["BOOKMARK_VERSION", "Follower"]
 
 QUEUE_LIMIT = 16
 """Batches kept queued in the worker; the follower waits for room, so nothing is dropped."""
@@ -74,44 +72,6 @@ REREAD_S = 1.0
 """Longest the follower goes without reading while the database's files look unchanged."""
 PASS_S = 1.0
 """Longest a pass over the tables reads before the loop saves the bookmark and the status."""
-LAG_CHECK_S = 2.0
-"""How often, while the sink is down, the follower counts the rows waiting in the database."""
-
-End = Literal[
-    "complete", "aggregator-gone", "idle", "exporter-failed", "stalled", "read-error", "interrupted"
-]
-
-
-@dataclass
-class FollowResult:
-    """How following ended, and its figures."""
-
-    end: End
-    report: ExportReport
-    source: SqliteSource
-    resumed: bool
-    skipped_before: int = 0
-    pruned_before: int = 0
-    bookmark_error: str | None = None
-    warning_path: Path | None = None
-    warning_error: str | None = None
-    read_error: str | None = None
-    """Why reading the database failed (``end`` is ``read-error``)."""
-    outages: list[dict[str, Any]] = field(default_factory=list)
-    exporter_failures: int = 0
-    resent_records: int = 0
-    permanent: bool = False
-    """The exporter's last failure was permanent (it said so, or its factory failed)."""
-    gave_up: bool = False
-    """The outage lasted past ``max_outage``."""
-
-    @property
-    def pruned_rows(self) -> int:
-        return self.source.pruned_rows
-
-    @property
-    def finished(self) -> bool:
-        return self.end == "complete"
 
 
 class Follower:
@@ -146,6 +106,7 @@ class Follower:
         self.status = status or RunStatus(folder.root)
         self._clock = clock
         self._streams = self.worker.context.streams
+        self.status.call = self._call_in_progress
         self.ledger = Ledger(folder, self.status)
         self._writers = DatabaseWriters(folder.database)
         self._stalled = False
@@ -172,7 +133,11 @@ class Follower:
             resumed = self.ledger.resume(source)
         finally:
             source.close()
+        self._writers.restore(self.ledger.writers)
         return source, resumed
+
+    def _call_in_progress(self) -> tuple[str, float] | None:
+        return self.worker.call_in_progress
 
     # -- the loop ---------------------------------------------------------------
 
@@ -194,13 +159,18 @@ class Follower:
                 break
             end = "exporter-failed"
             if failure.permanent:
+                self.status.failed(f"{failure.method}: {failure.error}", 0, permanent=True)
                 break
             outage = self.status.outage
             if outage is not None and time.time() - outage["started"] >= self.backoff.max_outage:
+                self.status.failed(f"{failure.method}: {failure.error}", 0, permanent=True)
                 return self._result(end, report, source, resumed, gave_up=True)
             self._after_failure(source, failure)
-            if not self._wait_out(source, self.status.outage["tries"] if self.status.outage else 1):
-                end = "interrupted"
+            waited = self._wait_out(
+                source, self.status.outage["tries"] if self.status.outage else 1
+            )
+            if waited is not None:
+                end = waited
                 break
             self.worker = self.make_worker()
         return self._result(end, report, source, resumed)
@@ -225,9 +195,9 @@ class Follower:
             return "read-error"
 
     def _shut_down(self, end: End) -> ExportReport:
-        timeout = 0.0 if end == "exporter-failed" else self.shutdown_timeout
+        # a failed exporter is called no more: its thread only admits what is queued
         try:
-            report = self.worker.shutdown(timeout)
+            report = self.worker.shutdown(self.shutdown_timeout)
         except KeyboardInterrupt:
             report = self.worker.shutdown(0.0)
         self._reports.append(report)
@@ -244,27 +214,67 @@ class Follower:
         self._stalled = False
         self.status.failed(f"{failure.method}: {failure.error}", resent)
 
-    def _wait_out(self, source: SqliteSource, tries: int) -> bool:
-        """Back off before the next exporter, counting the rows waiting meanwhile; False on stop."""
+    def _wait_out(self, source: SqliteSource, tries: int) -> End | None:
+        """Back off before the next exporter, counting the rows waiting (and those pruned)
+        every poll meanwhile; how the follow ends instead (a stop, the folder deleted)."""
         deadline = self._clock() + self.backoff.delay(tries)
         while True:
-            self.ledger.lag(source, self._highest_ids(source), self._clock())
+            self._count_waiting(source)
+            if self._deleted():
+                return "deleted"
             left = deadline - self._clock()
             if left <= 0:
-                return True
-            if self.stop.wait(min(left, LAG_CHECK_S)):
-                return False
+                return None
+            if self.stop.wait(min(left, self.poll_interval)):
+                return "interrupted"
+
+    def _count_waiting(self, source: SqliteSource) -> None:
+        """The lag and the rows pruned, from the database as it is now (its own connection)."""
+        with contextlib.suppress(BackfillError):
+            source.connection = connect(self.folder)
+            try:
+                self._count_on(source)
+            finally:
+                source.close()
+
+    def _count_on(self, source: SqliteSource) -> None:
+        highest = source.highest_ids()
+        if highest:
+            self.ledger.lag(source, highest, self._clock(), lowest=source.lowest_ids())
+
+    def _deleted(self) -> bool:
+        """The run folder went away (or is going): its manifest is gone, which TraceML
+        replaces whole but never removes."""
+        return not self.folder.manifest_path.exists()
 
     def _result(
         self, end: End, report: ExportReport, source: SqliteSource, resumed: bool, **extra: Any
     ) -> FollowResult:
+        waiting_before = self.status.lag_rows
+        if end != "deleted":
+            self._count_waiting(source)
+        left = self.status.lag_rows
+        if end == "deleted":
+            left = max(left, waiting_before)  # the database is gone: what was last counted
+        if end == "complete" and (report.timed_out or left):
+            end = "timed-out"
         if end == "complete":
             finish_traceml_close(self.folder)
-        self.ledger.lag(source, self._highest_ids(source), self._clock())
-        self.status.update(state="done", end=end)
         combined = self._combined(report)
-        snapshot = self.status.snapshot()
         failure = combined.failure
+        permanent = failure is not None and failure.permanent
+        lost = tally(
+            end,
+            left,
+            pruned=max(self.status.rows_pruned, source.pruned_rows),
+            skipped=self.ledger.skipped_before + source.skipped,
+            timed_out=report.timed_out,
+            permanent=permanent,
+            gave_up=extra.get("gave_up", False),
+        )
+        state = "deleted" if end == "deleted" else "failed" if end in FAILED_ENDS else "done"
+        self.status.update(state=state, end=end, lost=dict(lost), lag_rows=left)
+        snapshot = self.status.snapshot()
         return FollowResult(
             end,
             combined,
@@ -276,7 +286,9 @@ class Follower:
             outages=snapshot["outages"] + ([snapshot["outage"]] if snapshot["outage"] else []),
             exporter_failures=snapshot["exporter_failures"],
             resent_records=snapshot["resent_records"],
-            permanent=failure is not None and failure.permanent,
+            permanent=permanent,
+            lost=lost,
+            left_rows=left,
             **extra,
         )
 
@@ -307,6 +319,8 @@ class Follower:
             if self.stop.is_set():
                 return "interrupted"
             got = self._read_all(source)
+            if not got and self._deleted():
+                return "deleted"  # before the lag: what was counted waiting is what is lost
             if self.worker.failure is not None:
                 return "exporter-failed"
             if self._stalled:
@@ -320,6 +334,7 @@ class Follower:
                 last_rows = now
                 if self._writers.holders is None:
                     self._writers.find()  # while it writes, so its launcher is known
+                    self.ledger.writers = self._writers.known()
                 continue  # a backlog: read on before sleeping
             if run_complete(self.folder.manifest()):
                 self._final_read(source)
@@ -393,9 +408,8 @@ class Follower:
                 rows, records = source.read_page(plan)
                 got += rows
                 if records:
-                    if not wait_for_room(self.worker, QUEUE_LIMIT, self.shutdown_timeout):
-                        self._stalled = True  # rows of this page stay after the bookmark
-                        return got
+                    if not self._room(source):
+                        return got  # rows of this page stay after the bookmark
                     if self.worker.failure is not None:
                         return got  # this page stays after the bookmark, for the next exporter
                     self.worker.submit_records(records)
@@ -411,6 +425,28 @@ class Follower:
                 break
         return got
 
+    def _room(self, source: SqliteSource) -> bool:
+        """Wait for room in the worker's queue, a poll at a time: the lag (and rows pruned)
+        are counted meanwhile and a stop is seen at once, so a hung exporter shows and holds
+        nothing up. False on a stop, or (``_stalled``) when the worker took no batch for
+        ``shutdown_timeout``."""
+        last = self.worker.queued_batches
+        since = self._clock()
+        while not wait_for_room(self.worker, QUEUE_LIMIT, self.poll_interval):
+            if self.stop.is_set():
+                return False
+            now = self._clock()
+            queued = self.worker.queued_batches
+            if queued < last:
+                last, since = queued, now
+            elif now - since >= self.shutdown_timeout:
+                self._stalled = True
+                return False
+            self.ledger.acknowledge(self.worker.delivered_records)
+            with contextlib.suppress(BackfillError):
+                self._count_on(source)
+        return True
+
     def _await_manifest_end(self) -> None:
         """The aggregator is gone: give its launcher up to ``MANIFEST_GRACE_S`` to mark the
         manifest, unless the launcher is known and gone too (the whole run was killed)."""
@@ -418,18 +454,8 @@ class Follower:
         while not run_complete(self.folder.manifest()) and self._clock() < deadline:
             if self._writers.launchers_gone():
                 return
-            time.sleep(self.poll_interval)
-
-    # -- lag --------------------------------------------------------------------
-
-    def _highest_ids(self, source: SqliteSource) -> dict[str, int]:
-        with contextlib.suppress(BackfillError):
-            source.connection = connect(self.folder)
-            try:
-                return source.highest_ids()
-            finally:
-                source.close()
-        return dict(source.last_id)
+            if self.stop.wait(self.poll_interval):
+                return
 
 
 @contextlib.contextmanager
@@ -448,13 +474,3 @@ def fewer_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*old)
-
-
-def record_follow(result: FollowResult, folder: RunFolder, block: dict[str, Any]) -> None:
-    """Write the follower's ``finalization_warning.json`` (its ``export`` and ``follow``
-    blocks) beside its bookmark, never into TraceML's own."""
-    content: dict[str, Any] = {"follow": block}
-    if result.report.warning_path is not None or result.report.exporter_failed:
-        content["export"] = result.report.warning_block()
-    path, error = write_warning_file(folder.root, content, folder.warning_path)
-    result.warning_path, result.warning_error = path, error

@@ -34,6 +34,8 @@ class _Position:
     pruned: dict[str, int]
     skipped: int
     rows_read: int
+    read: dict[str, int]
+    """Rows read per table (distinct: a read again after a failure is not counted twice)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +60,7 @@ class Ledger:
         """Records handed to the current exporter."""
         self._by_stream: collections.Counter[str] = collections.Counter()
         self._marks: collections.deque[_Mark] = collections.deque()
-        self._acked = _Position({}, {}, 0, 0)
+        self._acked = _Position({}, {}, 0, 0, {})
         self._acked_submitted = 0
         self._exported_before: dict[str, int] = {}
         """Records acknowledged by the exporters that failed before the current one (and,
@@ -73,6 +75,9 @@ class Ledger:
         the lag until they are acknowledged."""
         self._saved: tuple[dict[str, int], dict[str, int], int] | None = None
         self.identity: dict[str, Any] = {}
+        self.writers: dict[str, Any] = {}
+        """Who wrote the database (``DatabaseWriters.known``), kept in the bookmark so a
+        follower started again knows the launcher it never saw."""
         self.skipped_before = 0
         self.bookmark_error: str | None = None
 
@@ -87,7 +92,7 @@ class Ledger:
         bookmark = self._load()
         if bookmark is not None:
             self._resume(source, bookmark)
-        self._acked = _Position(dict(source.last_id), dict(source.pruned), 0, 0)
+        self._acked = _Position(dict(source.last_id), dict(source.pruned), 0, 0, {})
         return bookmark is not None
 
     def _load(self) -> dict[str, Any] | None:
@@ -137,6 +142,8 @@ class Ledger:
             str(k): int(v) for k, v in (bookmark.get("exported") or {}).items()
         }
         self._from_bookmark = dict(self._exported_before)
+        writers = bookmark.get("writers")
+        self.writers = writers if type(writers) is dict else {}
         self.status.update(exported=dict(self._exported_before))
 
     # -- handing out and acknowledging -----------------------------------------
@@ -150,7 +157,11 @@ class Ledger:
         """Note the position after a page was handed over (or read with nothing to hand),
         and when TraceML received the page's oldest row."""
         position = _Position(
-            dict(source.last_id), dict(source.pruned), source.skipped, source.rows_read
+            dict(source.last_id),
+            dict(source.pruned),
+            source.skipped,
+            source.rows_read,
+            dict(source.read),
         )
         mark = _Mark(self.submitted, position, dict(self._by_stream), now, observed_ns)
         self._marks.append(mark)
@@ -208,6 +219,8 @@ class Ledger:
         exported: dict[str, int],
     ) -> None:
         path = self.folder.bookmark_path
+        if not self.folder.manifest_path.exists():
+            return  # the run folder was deleted: it stays so
         data = {
             "version": BOOKMARK_VERSION,
             "run": self.identity,
@@ -215,6 +228,7 @@ class Ledger:
             "pruned": pruned,
             "skipped": skipped,
             "exported": exported,
+            "writers": self.writers,
         }
         error = write_json(path, data)
         if error is not None:
@@ -234,6 +248,7 @@ class Ledger:
         source.pruned = dict(acked.pruned)
         source.skipped = acked.skipped
         source.rows_read = acked.rows_read
+        source.read = dict(acked.read)
         source.bad_rows = [
             bad for bad in source.bad_rows if bad.row_id <= acked.last_id.get(bad.table, 0)
         ]
@@ -247,15 +262,34 @@ class Ledger:
     # -- lag --------------------------------------------------------------------
 
     def lag(
-        self, source: SqliteSource, highest: dict[str, int], now: float, caught_up: bool = False
+        self,
+        source: SqliteSource,
+        highest: dict[str, int],
+        now: float,
+        caught_up: bool = False,
+        lowest: dict[str, int | None] | None = None,
     ) -> None:
         """Rows in the database not yet acknowledged (``highest`` id per table minus the
-        bookmark's), and how long the oldest has waited (0 once every row is
+        bookmark's, or minus the ``lowest`` id still there where retention deleted the
+        rows after the bookmark), and how long the oldest has waited (0 once every row is
         acknowledged): since TraceML received it, where its rows say (``recv_ts_ns``),
         else since the follower first saw it. A backlog read after an outage is as old
-        as its rows, not as the pass that read it."""
+        as its rows, not as the pass that read it.
+
+        With ``lowest``, rows deleted after the reading position and before the lowest id
+        left are counted as pruned now, while nothing is read (a sink down or hung), not
+        only when reading reaches the gap."""
         acked = self._acked.last_id
-        rows = sum(max(0, last - acked.get(table, 0)) for table, last in highest.items())
+        pruned = source.pruned_rows
+        rows = 0
+        for table, last in highest.items():
+            floor = acked.get(table, 0)
+            if lowest is not None:
+                low = lowest.get(table)
+                first_left = last + 1 if low is None else low
+                pruned += max(0, first_left - 1 - source.last_id.get(table, 0))
+                floor = max(floor, first_left - 1)
+            rows += max(0, last - floor)
         if rows == 0 and (caught_up or not self._marks):
             self._waiting_since = None
             lag = 0.0
@@ -269,7 +303,7 @@ class Ledger:
             observed = self._oldest_observed()
             if observed is not None:
                 lag = max(lag, time.time() - observed / 1e9)
-        self.status.update(lag_rows=rows, lag_seconds=lag, rows_pruned=source.pruned_rows)
+        self.status.update(lag_rows=rows, lag_seconds=lag, rows_pruned=pruned)
 
     def _oldest_observed(self) -> int | None:
         """When TraceML received the oldest row handed out and not acknowledged (ns)."""

@@ -1,25 +1,34 @@
 """The follower's own ``/metrics`` (Prometheus text, through ``prometheus_client``) and
 ``/healthz``, on 127.0.0.1 unless told otherwise.
 
-A custom collector reads each run's status when scraped, so nothing is counted twice
-and a finished run keeps its last figures. Every series has a ``run`` label (the run
-folder's name).
+A custom collector reads each run's status when scraped, so nothing is counted twice,
+a finished run keeps its last figures, and a hung exporter call shows its age (the
+follower's own threads need not run for it). Every series has a ``run`` label (the run
+folder's name), but those of deleted runs, which leave: their count and rows lost stay
+in two series of the service's own. ``/healthz`` answers 503 while a run's sink is down
+or an exporter call is stuck.
 """
 
 from __future__ import annotations
 
+import socketserver
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from .loss import REASONS
+from .status import TROUBLED
 
 __all__ = ["MetricsServer", "serve_metrics"]
 
 Statuses = Callable[[], Iterable[dict[str, Any]]]
+Totals = Callable[[], dict[str, Any]]
 PREFIX = "traceml_exporter_follow"
+STATES = ("waiting", "following", "sink-down", "stuck", "done", "failed", "deleted")
 
 
-def _families(statuses: Statuses) -> Iterator[Any]:
+def _families(statuses: Statuses, totals: Totals | None) -> Iterator[Any]:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     def gauge(name: str, help_text: str) -> GaugeMetricFamily:
@@ -49,12 +58,26 @@ def _families(statuses: Statuses) -> Iterator[Any]:
         labels=["run"],
     )  # fmt: skip
     outages = CounterMetricFamily(f"{PREFIX}_outages", "Sink outages ridden out.", labels=["run"])
+    call = gauge(
+        "exporter_call_seconds",
+        "How long the exporter call in progress has run (0: none); a hung sink grows it.",
+    )
+    lost = CounterMetricFamily(
+        f"{PREFIX}_rows_lost",
+        f"Rows not exported, by reason ({', '.join(REASONS)}).",
+        labels=["run", "reason"],
+    )
     for status in statuses():
         run = status["run"].rsplit("/", 1)[-1]
         lag_rows.add_metric([run], status["lag_rows"])
         lag_seconds.add_metric([run], status["lag_seconds"])
         sink_down.add_metric([run], 1.0 if status["state"] == "sink-down" else 0.0)
-        state.add_metric([run, status["state"]], 1.0)
+        for name in STATES:
+            state.add_metric([run, name], 1.0 if status["state"] == name else 0.0)
+        running = status.get("call")
+        call.add_metric([run], running["seconds"] if running else 0.0)
+        for reason, rows in sorted(status.get("lost", {}).items()):
+            lost.add_metric([run, reason], rows)
         for stream, count in sorted(status["exported"].items()):
             exported.add_metric([run, stream], count)
         failures.add_metric([run], status["exporter_failures"])
@@ -71,15 +94,46 @@ def _families(statuses: Statuses) -> Iterator[Any]:
         pruned,
         resent,
         outages,
+        call,
+        lost,
     )
+    if totals is not None:
+        figures = totals()
+        deleted = CounterMetricFamily(
+            f"{PREFIX}_runs_deleted", "Run folders deleted (their series are gone)."
+        )
+        deleted.add_metric([], figures["runs_deleted"])
+        deleted_lost = CounterMetricFamily(
+            f"{PREFIX}_deleted_rows_lost", "Rows of deleted runs not exported, by reason.",
+            labels=["reason"],
+        )  # fmt: skip
+        for reason, rows in sorted(figures["deleted_lost"].items()):
+            deleted_lost.add_metric([reason], rows)
+        yield from (deleted, deleted_lost)
 
 
 class _Collector:
-    def __init__(self, statuses: Statuses) -> None:
+    def __init__(self, statuses: Statuses, totals: Totals | None) -> None:
         self._statuses = statuses
+        self._totals = totals
 
     def collect(self) -> Iterator[Any]:
-        return _families(self._statuses)
+        return _families(self._statuses, self._totals)
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    """One thread a request: a client that connects and says nothing holds up no scrape."""
+
+    daemon_threads = True
+
+
+def _health(statuses: Statuses) -> tuple[str, bytes]:
+    troubled = [
+        f"{s['run'].rsplit('/', 1)[-1]}: {s['state']}" for s in statuses() if s["state"] in TROUBLED
+    ]
+    if troubled:
+        return "503 Service Unavailable", ("\n".join(troubled) + "\n").encode()
+    return "200 OK", b"ok\n"
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -90,23 +144,26 @@ class _QuietHandler(WSGIRequestHandler):
 class MetricsServer:
     """The HTTP server on its own daemon thread; ``close`` stops it."""
 
-    def __init__(self, host: str, port: int, statuses: Statuses) -> None:
+    def __init__(self, host: str, port: int, statuses: Statuses, totals: Totals | None) -> None:
         from prometheus_client import CollectorRegistry, make_wsgi_app
 
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Collector(statuses))
+        registry.register(_Collector(statuses, totals))
         metrics = make_wsgi_app(registry)
 
         def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
             if environ.get("PATH_INFO") == "/healthz":
-                start_response("200 OK", [("Content-Type", "text/plain")])
-                return [b"ok\n"]
+                code, body = _health(statuses)
+                start_response(code, [("Content-Type", "text/plain")])
+                return [body]
             if environ.get("PATH_INFO") in ("/metrics", "/"):
                 return metrics(environ, start_response)  # type: ignore[no-any-return]
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"/metrics or /healthz\n"]
 
-        self._server = make_server(host, port, app, handler_class=_QuietHandler)
+        self._server = make_server(
+            host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler
+        )
         self.port = int(self._server.server_port)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="follow-metrics", daemon=True
@@ -118,11 +175,14 @@ class MetricsServer:
         self._server.server_close()
 
 
-def serve_metrics(host: str, port: int, statuses: Statuses) -> MetricsServer:
-    """Serve ``/metrics`` and ``/healthz`` on ``host:port``.
+def serve_metrics(
+    host: str, port: int, statuses: Statuses, totals: Totals | None = None
+) -> MetricsServer:
+    """Serve ``/metrics`` and ``/healthz`` on ``host:port`` (``totals``: the service's
+    own figures, ``LogsDirectory.totals``).
 
     Raises:
         ImportError: prometheus_client is not installed.
         OSError: the address cannot be bound.
     """
-    return MetricsServer(host, port, statuses)
+    return MetricsServer(host, port, statuses, totals)

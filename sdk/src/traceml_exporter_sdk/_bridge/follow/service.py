@@ -7,6 +7,7 @@ folder as they appear (by polling: no inotify) and starts a job for each.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -20,11 +21,13 @@ import orjson
 from ...context import ExporterContext
 from ...worker import ExportWorker
 from ..sqlite_source import SqliteSource
-from .follower import Follower, FollowResult
+from .follower import Follower
 from .lock import RunLock, RunLockedError
+from .loss import LEFT_IN_DATABASE
+from .result import FollowResult
 from .retry import Backoff
 from .run import FollowError, RunFolder, ended_without_telemetry, run_complete, runs_under
-from .status import RunStatus, progress_line, write_status
+from .status import ENDED, RunStatus, progress_line, write_status
 
 __all__ = ["FollowJob", "FollowSettings", "LogsDirectory", "Reporter"]
 
@@ -44,6 +47,8 @@ class FollowSettings:
     idle_timeout: float = 300.0
     shutdown_timeout: float = 60.0
     backoff: Backoff = field(default_factory=Backoff)
+    stuck_after: float = 30.0
+    """An exporter call running longer than this shows as ``stuck`` (and ``/healthz`` 503)."""
 
 
 class FollowJob:
@@ -59,7 +64,7 @@ class FollowJob:
         self.folder = folder
         self.settings = settings
         self.stop = stop
-        self.status = RunStatus(folder.root)
+        self.status = RunStatus(folder.root, settings.stuck_after)
         self.result: FollowResult | None = None
         self.follower: Follower | None = None
         self.opened: tuple[SqliteSource, bool] | None = None
@@ -152,16 +157,25 @@ class Reporter:
 
     def tick(self, job: FollowJob, *, final: bool = False) -> None:
         """A progress line when the state changed or the interval passed; the status file
-        when the state changed or ``STATUS_INTERVAL_S`` passed."""
+        when the state changed or ``STATUS_INTERVAL_S`` passed. A follow that is over is
+        shown once, when its job has said how it ended (``final``, or its thread done),
+        and a deleted run's status is not written (that would make its folder again)."""
         snapshot = job.status.snapshot()
+        state = snapshot["state"]
+        ended = state in ENDED
+        if ended and not (final or job.done):
+            return  # its end is being written down: shown once it is
         now = time.monotonic()
         root = job.folder.root
-        state, shown_at = self._shown.get(root, ("", -1e9))
-        changed = snapshot["state"] != state
-        if changed or final or (self.interval > 0 and now - shown_at >= self.interval):
-            self._shown[root] = (snapshot["state"], now)
-            if self.interval > 0 and not (final and not changed and snapshot["state"] == "done"):
+        shown, shown_at = self._shown.get(root, ("", -1e9))
+        changed = state != shown
+        due = self.interval > 0 and now - shown_at >= self.interval and not ended
+        if changed or due:
+            self._shown[root] = (state, now)
+            if self.interval > 0:
                 self.write(progress_line(snapshot))
+        if state == "deleted" or not job.folder.manifest_path.exists():
+            return  # a deleted run folder stays deleted
         if changed or final or now - self._saved.get(root, -1e9) >= STATUS_INTERVAL_S:
             self._saved[root] = now
             if job.error is None or not isinstance(job.error, RunLockedError):
@@ -169,13 +183,18 @@ class Reporter:
 
 
 def _exported_already(folder: RunFolder) -> bool:
-    """A complete run whose follow ended complete: its bookmark is at the end, nothing to read."""
+    """A complete run whose follow ended complete, every row acknowledged: its bookmark
+    is at the end, nothing to read. Any other end (rows left by a timeout, a failure, a
+    stop) is resumed from the bookmark."""
     try:
         status = orjson.loads(folder.status_path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return False
     return (
-        type(status) is dict and status.get("end") == "complete" and run_complete(folder.manifest())
+        type(status) is dict
+        and status.get("end") == "complete"
+        and not status.get("lag_rows")
+        and run_complete(folder.manifest())
     )
 
 
@@ -200,9 +219,16 @@ class LogsDirectory:
         """Runs not followed, and why (exported already, ended without a database)."""
         self.elsewhere: dict[Path, str] = {}
         """Runs another process follows: tried again each look, named once."""
+        self.deleted: list[FollowJob] = []
+        """Jobs whose run folder went away (while followed, or after): named once, their
+        series gone from ``/metrics``, their loss kept in ``deleted_lost``."""
+        self.deleted_lost: collections.Counter[str] = collections.Counter()
+        """Rows of deleted runs not exported, per reason."""
 
     def look(self) -> None:
-        """Start a job for each run found that is neither followed nor passed over."""
+        """Start a job for each run found that is neither followed nor passed over; let go
+        of the runs whose folder was deleted."""
+        self._forget_deleted()
         for folder in runs_under(self.logs_dir):
             root = folder.root
             if root in self.jobs or root in self.passed:
@@ -230,6 +256,27 @@ class LogsDirectory:
             self.elsewhere.pop(root, None)
             self.jobs[root] = job.start()
 
+    def _forget_deleted(self) -> None:
+        for root, job in list(self.jobs.items()):
+            if not job.done or (job.status.state != "deleted" and root.exists()):
+                continue
+            if job.status.state != "deleted":  # deleted after its follow ended
+                lost: dict[str, int] = {}
+                for reason, rows in job.status.lost.items():
+                    kept = "run_deleted" if reason in LEFT_IN_DATABASE else reason
+                    lost[kept] = lost.get(kept, 0) + rows
+                job.status.update(
+                    state="deleted",
+                    lost=lost,
+                    message=f"the run folder was deleted (its follow had ended {job.status.end})",
+                )
+            self.reporter.tick(job, final=True)
+            del self.jobs[root]
+            self.deleted.append(job)
+            self.deleted_lost.update(job.status.lost)
+        for root in [r for r in self.passed if not r.exists()]:
+            del self.passed[root]
+
     def _pass(self, folder: RunFolder, why: str) -> None:
         self.passed[folder.root] = why
         self.reporter.note(f"follow {folder.name}: {why}")
@@ -250,4 +297,9 @@ class LogsDirectory:
         tick()
 
     def statuses(self) -> list[dict[str, Any]]:
-        return [job.status.snapshot() for job in self.jobs.values()]
+        """The runs followed and not deleted (a deleted run's series leave ``/metrics``)."""
+        return [job.status.snapshot() for job in list(self.jobs.values())]
+
+    def totals(self) -> dict[str, Any]:
+        """What outlives a deleted run in ``/metrics``: how many, and their rows lost."""
+        return {"runs_deleted": len(self.deleted), "deleted_lost": dict(self.deleted_lost)}

@@ -11,31 +11,55 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
-__all__ = ["RunStatus", "State", "progress_line", "write_json", "write_status"]
+__all__ = [
+    "ENDED",
+    "TROUBLED",
+    "RunStatus",
+    "State",
+    "progress_line",
+    "write_json",
+    "write_status",
+]
 
-State = Literal["waiting", "following", "sink-down", "done"]
+State = Literal["waiting", "following", "sink-down", "stuck", "done", "failed", "deleted"]
+"""``stuck``: an exporter call has run longer than ``stuck_after`` (shown, never stored);
+``failed``: the follow ended on a failure (the exporter, a stall, the database);
+``deleted``: the run folder went away while it was followed."""
+ENDED: frozenset[str] = frozenset(("done", "failed", "deleted"))
+"""The states of a follow that is over."""
+TROUBLED: frozenset[str] = frozenset(("sink-down", "stuck"))
+"""The states ``/healthz`` answers 503 for: a sink down, failing or hung now."""
 MAX_OUTAGES_KEPT = 50
 """The newest outages listed in the status; older ones are only counted."""
+
+CallProbe = Callable[[], "tuple[str, float] | None"]
+"""The exporter call in progress (method, Unix start), read when a snapshot is taken."""
 
 
 class RunStatus:
     """One run's follow: its state, what was exported, its lag and its outages."""
 
-    def __init__(self, run: Path) -> None:
+    def __init__(self, run: Path, stuck_after: float = 30.0) -> None:
         self._lock = threading.Lock()
         self.run = run
+        self.stuck_after = stuck_after
+        self.call: CallProbe | None = None
+        """Set by the follower: which exporter call runs now, so a hung one shows."""
         self.state: State = "waiting"
         self.since = time.time()
         self.exported: dict[str, int] = {}
         self.lag_rows = 0
         self.lag_seconds = 0.0
+        self._lag_at = time.time()
         self.rows_pruned = 0
+        self.lost: dict[str, int] = {}
+        """Rows not exported by the end, per reason (``loss.REASONS``)."""
         self.exporter_failures = 0
         self.resent_records = 0
         self.outages: list[dict[str, Any]] = []
@@ -51,15 +75,20 @@ class RunStatus:
             changed = "state" in changes and changes["state"] != self.state
             for name, value in changes.items():
                 setattr(self, name, value)
+            if "lag_seconds" in changes:
+                self._lag_at = time.time()
             if changed:
                 self.since = time.time()
             return changed
 
-    def failed(self, error: str, resent: int) -> bool:
-        """The exporter failed (a transient failure): the sink is down from now on."""
+    def failed(self, error: str, resent: int, *, permanent: bool = False) -> bool:
+        """The exporter failed: counted; a transient failure means the sink is down from
+        now on (a permanent one ends the follow, in state ``failed``)."""
         with self._lock:
             self.exporter_failures += 1
             self.resent_records += resent
+            if permanent:
+                return False
             if self.outage is None:
                 self.outage = {"started": time.time(), "tries": 0, "last_error": error}
             self.outage["tries"] += 1
@@ -78,19 +107,37 @@ class RunStatus:
         return self.update(state="following")
 
     def snapshot(self) -> dict[str, Any]:
+        """The status now. While rows wait, the lag is aged to this moment (a follower
+        blocked by a hung sink cannot update it, and its lag must still grow); a call
+        running longer than ``stuck_after`` makes the state ``stuck``."""
+        probe = self.call
+        running = probe() if probe is not None else None
+        now = time.time()
         with self._lock:
             outage = dict(self.outage) if self.outage else None
             if outage is not None:
-                outage["seconds"] = round(time.time() - outage["started"], 3)
+                outage["seconds"] = round(now - outage["started"], 3)
+            state = self.state
+            lag = self.lag_seconds
+            if state not in ENDED and (self.lag_rows or lag):
+                lag += max(0.0, now - self._lag_at)
+            call = None
+            if running is not None and state not in ENDED:
+                seconds = round(max(0.0, now - running[1]), 3)
+                call = {"method": running[0], "started": running[1], "seconds": seconds}
+                if seconds >= self.stuck_after:
+                    state = "stuck"
             return {
                 "run": str(self.run),
-                "state": self.state,
+                "state": state,
                 "since": self.since,
                 "exported": dict(self.exported),
                 "exported_total": sum(self.exported.values()),
                 "lag_rows": self.lag_rows,
-                "lag_seconds": round(self.lag_seconds, 3),
+                "lag_seconds": round(lag, 3),
+                "call": call,
                 "rows_pruned": self.rows_pruned,
+                "lost": dict(self.lost),
                 "exporter_failures": self.exporter_failures,
                 "resent_records": self.resent_records,
                 "sink_down_since": outage["started"] if outage else None,
@@ -99,7 +146,7 @@ class RunStatus:
                 "outages_total": self.outages_total,
                 "end": self.end,
                 "message": self.message,
-                "updated": time.time(),
+                "updated": now,
             }
 
 
@@ -117,20 +164,28 @@ def progress_line(status: Mapping[str, Any]) -> str:
         f"lag {status['lag_rows']:,} rows, {status['lag_seconds']:.1f} s"
     )
     state = status["state"]
-    if state == "sink-down" and status["outage"]:
+    call = status.get("call")
+    if state == "stuck" and call:
+        what = (
+            f"STUCK: the exporter's {call['method']} has not returned for {call['seconds']:.0f} s"
+        )
+    elif state == "sink-down" and status["outage"]:
         outage = status["outage"]
         what = (
             f"SINK DOWN since {_clock(outage['started'])} ({outage['seconds']:.0f} s, "
             f"{outage['tries']} tries): {outage['last_error']}"
         )
-    elif state == "done":
-        what = f"done: {status['message'] or status['end']}"
+    elif state in ENDED:
+        what = f"{state}: {status['message'] or status['end']}"
     elif state == "waiting":
         what = "waiting for the run"
     else:
         what = "following"
     if status["outages_total"] and state != "sink-down":
         what += f" (rode out {status['outages_total']} outage(s))"
+    lost = status.get("lost") or {}
+    if any(lost.values()):
+        figures += "; not exported: " + ", ".join(f"{n:,} {r}" for r, n in lost.items() if n)
     return f"follow {name}: {what}; {figures}"
 
 
@@ -141,10 +196,11 @@ def write_status(path: Path, status: Mapping[str, Any]) -> str | None:
 
 def write_json(path: Path, data: Mapping[str, Any]) -> str | None:
     """Write ``data`` as indented JSON atomically (a temp file, fsync, rename), so a reader
-    or a crash sees the old file or the new one whole; the error text, or None."""
+    or a crash sees the old file or the new one whole; the error text, or None. Only the
+    file's own folder is made: a run folder deleted under the follower stays deleted."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(exist_ok=True)
         with open(tmp, "wb") as fh:
             fh.write(orjson.dumps(data, option=orjson.OPT_INDENT_2))
             fh.flush()

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -18,6 +19,7 @@ from ...streams import DEFAULT_EXPORT_STREAMS, EXPORT_STREAM_NAMES
 from ..errors import CliError, error_line
 from ..exit_codes import (
     EXIT_DEPENDENCY,
+    EXIT_INCOMPLETE,
     EXIT_INPUT,
     EXIT_INTERRUPTED,
     EXIT_LOCKED,
@@ -105,6 +107,8 @@ def add_parser(commands: Any) -> None:
          "of state (default: 5; 0: none)"),
         ("--runs-poll-interval", 2.0, "with --logs-dir, how often to look for new runs "
          "(default: 2)"),
+        ("--stuck-after", 30.0, "an exporter call running this long shows the run as stuck "
+         "(progress line, status, /metrics; /healthz answers 503) (default: 30)"),
     ]  # fmt: skip
     for option, default, text in number:
         follow.add_argument(option, type=float, default=default, metavar="SECONDS", help=text)
@@ -199,7 +203,7 @@ def _settings(args: argparse.Namespace, spec: str, streams: str) -> FollowSettin
 
     for name in ("flush_interval", "shutdown_timeout", "idle_timeout", "max_outage"):
         _positive(f"--{name.replace('_', '-')}", getattr(args, name), infinite=True)
-    for name in ("poll_interval", "retry_max_interval", "runs_poll_interval"):
+    for name in ("poll_interval", "retry_max_interval", "runs_poll_interval", "stuck_after"):
         _positive(f"--{name.replace('_', '-')}", getattr(args, name))
     if not args.wait >= 0:
         raise CliError(f"--wait must be 0 or more seconds, got {args.wait}", EXIT_USAGE)
@@ -224,6 +228,7 @@ def _settings(args: argparse.Namespace, spec: str, streams: str) -> FollowSettin
         args.idle_timeout,
         args.shutdown_timeout,
         backoff,
+        args.stuck_after,
     )
 
 
@@ -240,13 +245,13 @@ def _check_factory(spec: str) -> None:
                        "callable as factory(context)", EXIT_PERMANENT)  # fmt: skip
 
 
-def _metrics(args: argparse.Namespace, statuses: Any) -> Any:
+def _metrics(args: argparse.Namespace, statuses: Any, totals: Any = None) -> Any:
     if args.metrics_port is None:
         return None
     try:
         from ..._bridge.follow.metrics import serve_metrics
 
-        server = serve_metrics(args.metrics_host, args.metrics_port, statuses)
+        server = serve_metrics(args.metrics_host, args.metrics_port, statuses, totals)
     except ImportError:
         raise CliError(
             "--metrics-port needs prometheus_client: pip install 'traceml-exporter-sdk[follow]'",
@@ -352,7 +357,7 @@ def _follow_logs_dir(
     out: TextIO,
 ) -> int:
     from ..._bridge.follow.service import LogsDirectory
-    from ..follow_summary import end_message, leave_the_truth
+    from ..follow_summary import end_message, exit_code, leave_the_truth, worst
 
     logs = Path(args.logs_dir)
     if not logs.is_dir():
@@ -371,7 +376,7 @@ def _follow_logs_dir(
             job.status.update(message=message)
 
     directory = LogsDirectory(logs.resolve(), settings, stop, reporter, finish)
-    metrics = _metrics(args, directory.statuses)
+    metrics = _metrics(args, directory.statuses, directory.totals)
 
     def tick() -> None:
         for job in list(directory.jobs.values()):
@@ -382,9 +387,24 @@ def _follow_logs_dir(
     finally:
         if metrics is not None:
             metrics.close()
-    followed = len(directory.jobs)
-    out.write(
-        f"follow of {logs}: {followed} run(s) followed, {len(directory.passed)} passed over, "
-        f"{len(directory.elsewhere)} followed elsewhere; stopped by {signals.name or 'a signal'}\n"
-    )
+    jobs = [*directory.jobs.values(), *directory.deleted]
+    codes = {job.folder.name: exit_code(job.result) for job in jobs if job.result is not None}
+    for job in directory.deleted:
+        codes[job.folder.name] = worst([codes.get(job.folder.name, EXIT_OK), EXIT_INCOMPLETE])
+    ends = Counter(job.status.snapshot()["state"] for job in jobs)
+    states = ", ".join(f"{n} {state}" for state, n in sorted(ends.items()))
+    lines = [
+        f"follow of {logs}: {len(jobs)} run(s) followed ({states or 'none'}), "
+        f"{len(directory.passed)} passed over, {len(directory.elsewhere)} followed elsewhere; "
+        f"stopped by {signals.name or 'a signal'}"
+    ]
+    lines += [
+        f"  {name}: exit {code}: {job.status.message or job.status.end}"
+        for job in jobs
+        if (code := codes.get(name := job.folder.name, EXIT_OK)) not in (EXIT_OK, EXIT_INTERRUPTED)
+    ]
+    out.write("\n".join(lines) + "\n")
+    code = worst([c for c in codes.values() if c != EXIT_INTERRUPTED])
+    if code != EXIT_OK:
+        return code
     return EXIT_INTERRUPTED if signals.name == "SIGINT" else EXIT_OK
