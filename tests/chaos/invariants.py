@@ -11,15 +11,19 @@ The names:
 - ``row-lost-silently``: a row TraceML still holds is not in the sink after recovery;
 - ``sink-holds-unwritten-rows``: the sink holds a row nobody wrote;
 - ``loss-count-disagrees``: rows lost (pruned before read) in the sink's terms, and
-  ``status.json``, ``finalization_warning.json``, ``/metrics`` do not all say the same;
+  ``status.json``, ``finalization_warning.json``, ``/metrics`` do not all say the same
+  (where a follower was killed or a call hung, at least what the sink lacks and at most
+  what TraceML pruned: a row can reach the sink unacknowledged);
 - ``exit-code-hides-loss``: the exit code says all is well while rows were lost or a run
   failed permanently (``--logs-dir`` too: the service's exit status at its end);
 - ``complete-with-rows-unsent``: a run said ``complete`` (status, exit 0, or passed over
   on restart as exported already) while the sink lacked rows it still had;
 - ``sigterm-too-slow`` / ``sigterm-not-named``: SIGTERM ends ``follow`` within
   ``--shutdown-timeout`` + 5 s, and the signal is named;
-- ``fault-not-in-metrics`` / ``fault-not-in-healthz``: a sink down, failing or hung
-  shows within two poll intervals of the first call that met it;
+- ``fault-not-in-metrics`` / ``fault-not-in-healthz``: a sink down or hung shows in
+  both within two poll intervals of the first call that met it (``/healthz``, for a hung
+  call, once it has run ``--stuck-after``); one failing permanently shows its own state
+  and a failure count in ``/metrics``;
 - ``pruned-not-counted-when-pruned``: rows TraceML pruned during an outage, never read,
   raise ``rows_pruned_total`` within two poll intervals;
 - ``failure-not-counted``: a run whose exporter failed shows no failure in its status;
