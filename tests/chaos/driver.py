@@ -39,6 +39,8 @@ __all__ = ["Observation", "execute"]
 
 TESTS = Path(__file__).resolve().parents[1]
 SCRAPE_S = 0.1
+STARTUP_S = 30.0
+"""How long a run or a follower may take to start on a loaded machine."""
 PORT_LINE = re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
 FOLLOW_DIR = Path("aggregator") / "follow"
 ENDED = ("done", "failed", "deleted")
@@ -88,6 +90,8 @@ class Observation:
     """run -> stream key (json) -> how many times the sink holds it."""
     final: dict[str, dict[str, Any]] = field(default_factory=dict)
     """run -> status and warning files at the very end (None: absent)."""
+    slip: float = 0.0
+    """Seconds the timeline was pushed back while runs started (a loaded machine)."""
     recovery_settled: bool = True
     unsettled: list[str] = field(default_factory=list)
     unsettled_states: dict[str, str | None] = field(default_factory=dict)
@@ -171,8 +175,9 @@ class _Run:
         )
         self.orphaned = False
 
-    def aggregator_pid(self) -> int | None:
-        deadline = time.monotonic() + 10
+    def aggregator_pid(self, wait: float = 10.0) -> int | None:
+        """The aggregator's pid once its run folder is made (None after ``wait`` s)."""
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError, ValueError):
                 return int(self.pid_file.read_text())
@@ -344,6 +349,14 @@ class _Harness:
         finally:
             store.close()
 
+    def _await_port(self, wait: float) -> None:
+        """Until the monitor knows the follower's /metrics port (``wait`` s at most)."""
+        deadline = time.monotonic() + wait
+        while self.port is None and time.monotonic() < deadline:
+            if self.follower is None or self.follower.poll() is not None:
+                return
+            time.sleep(0.02)
+
     # -- the monitor ---------------------------------------------------------------
 
     def monitor(self) -> None:
@@ -415,7 +428,6 @@ class _Harness:
     def execute(self) -> Observation:
         monitor = threading.Thread(target=self.monitor, daemon=True)
         monitor.start()
-        t0 = time.monotonic()
         pending = sorted(
             [(plan.start, "start", plan) for plan in self.schedule.runs]
             + [(step.t, "step", step) for step in self.schedule.steps],
@@ -423,12 +435,19 @@ class _Harness:
         )
         try:
             self.start_follow()
+            self._await_port(STARTUP_S)
+            t0 = time.monotonic()
             for at, kind, item in pending:
                 time.sleep(max(0.0, t0 + at - time.monotonic()))
                 self.end_follow()
                 if kind == "start":
                     assert isinstance(item, RunPlan)
-                    self.runs[item.name] = _Run(item, self.logs, self.state, self.env)
+                    began = time.monotonic()
+                    run = self.runs[item.name] = _Run(item, self.logs, self.state, self.env)
+                    run.aggregator_pid(STARTUP_S)
+                    # the schedule's times are of the runs' lives, however slow a start
+                    self.obs.slip += time.monotonic() - began
+                    t0 += time.monotonic() - began
                 else:
                     assert isinstance(item, Step)
                     self.do(item)

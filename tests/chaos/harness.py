@@ -27,9 +27,14 @@ class Outcome:
     violations: list[Violation]
     seconds: float
     work: Path
+    slip: float = 0.0
 
     def report(self) -> str:
-        head = f"{self.schedule}\n  -> {len(self.violations)} violation(s) in {self.seconds:.1f} s"
+        slip = f" (runs started {self.slip:.1f} s late in all)" if self.slip >= 1 else ""
+        head = (
+            f"{self.schedule}\n  -> {len(self.violations)} violation(s) in "
+            f"{self.seconds:.1f} s{slip}"
+        )
         return "\n".join([head, *(f"     {v}" for v in self.violations)])
 
 
@@ -38,7 +43,8 @@ def run_seed(seed: int, work: Path) -> Outcome:
     schedule = generate(seed)
     started = time.monotonic()
     observation = execute(schedule, work)
-    return Outcome(schedule, check(observation), time.monotonic() - started, work)
+    seconds = time.monotonic() - started
+    return Outcome(schedule, check(observation), seconds, work, observation.slip)
 
 
 def main(argv: list[str] | None = None) -> int:
