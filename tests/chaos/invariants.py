@@ -453,8 +453,10 @@ def _within(
     segment = _segment_at(obs, t, end + SCRAPE_S)
     if fault_end < end + SCRAPE_S or segment is None or run in obs.deleted:
         return None
+    # a follower whose follow is over closes /metrics (a session's that failed) and goes:
+    # a window it closed in judges nothing (its exit code says it)
     scrapes = _scrapes(obs, segment.index, t, end)
-    if not scrapes:
+    if not scrapes or any(s["metrics_code"] != 200 for s in scrapes):
         return None
     return segment.index, any(shows(s) for s in scrapes)
 

@@ -21,10 +21,10 @@ from chaos.harness import main, run_seed
 from chaos.invariants import RSS_CEILING_KB, check
 from chaos.schedule import FAULTS, RunPlan, Schedule, Step, generate
 
-CI_SEEDS = (7, 8, 9, 21, 33, 35, 36)
+CI_SEEDS = (7, 9, 21, 33, 35, 36)
 """Seeds whose schedules, together, draw every fault in ``FAULTS`` in both modes, each
 of which broke an invariant on the follower before issue 39's fixes: a permanent failure
-in ``--logs-dir`` (7, 36), deleted runs (7, 8, 9, 33), SIGTERM during a hung call (9),
+in ``--logs-dir`` (7, 36), deleted runs (7, 9, 33), SIGTERM during a hung call (9),
 orphaned runs after a restart (21), rows left by SIGTERM uncounted (35)."""
 XFAIL: dict[int, str] = {}
 """Seeds that break an invariant the follower does not keep yet: seed -> the violation."""
