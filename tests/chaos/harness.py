@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.recheck is not None:
         return _recheck(args.recheck)
-    seeds = args.seed or list(range(args.first, args.first + args.seeds))
+    seeds = list(dict.fromkeys(args.seed or range(args.first, args.first + args.seeds)))
     if args.dry_run:
         for seed in seeds:
             print(generate(seed))
