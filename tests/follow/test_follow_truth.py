@@ -160,8 +160,8 @@ def test_a_hung_sink_shows_and_sigterm_ends_within_the_shutdown_timeout(
     )  # fmt: skip
     port = metrics_port(follower)
     feed(run, 0, 50)
-    if method != "open":
-        wait_for(lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"))
+    if method != "open":  # all 50 acknowledged before a write or flush of more hangs
+        wait_for(lambda: acked(run.root) == 50)
     feed(run, 50, 50)
     series = '{run="run1"}'
     call = f"traceml_exporter_follow_exporter_call_seconds{series}"
