@@ -42,13 +42,15 @@ EXIT_CODES: dict[int, str] = {
     "wrong kind, traceml.yaml not valid, --session-root not empty or not writable, output "
     "folder already there",
     EXIT_EXPORT: "replay, follow: the exporter failed or stalled, batches were dropped, or shutdown "
-    "timed out; for follow, a sink still down after --max-outage (the summary is still "
-    "printed and finalization_warning.json written)",
+    "timed out; for follow, a sink still down after --max-outage, or a drain past "
+    "--shutdown-timeout at the run's end or a signal (the summary is still printed and "
+    "finalization_warning.json written)",
     EXIT_DEPENDENCY: "an optional dependency is missing (msgspec, cookiecutter, pytest); "
     "the message says what to install",
     EXIT_INCOMPLETE: "follow: everything read was exported, but the export is incomplete: the "
     "run ended without TraceML marking it complete (aggregator gone, or idle past "
-    "--idle-timeout), or rows were pruned by retention before they were read",
+    "--idle-timeout), the run folder was deleted, or rows were pruned by retention before "
+    "they were read or fit no record",
     EXIT_PERMANENT: "follow: the exporter failed in a way waiting cannot fix (it marked the "
     "error permanent: bad credentials, a schema the sink refuses; or its factory cannot be "
     "imported or called): fix the sink or its settings, then start follow again (it resumes "
@@ -58,7 +60,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_INTERNAL: "internal error (a bug); TRACEML_EXPORTER_DEBUG=1 shows the traceback",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C, or SIGTERM for follow --session-root); replay and "
     "follow drain what they read and record the stop (follow saves its bookmark); follow "
-    "--logs-dir stopped by SIGTERM exits 0",
+    "--logs-dir stopped by SIGTERM exits 0, or its runs' most pressing code when one lost "
+    "rows or failed",
 }
 
 EXIT_EPILOG = "exit codes:\n" + "\n".join(

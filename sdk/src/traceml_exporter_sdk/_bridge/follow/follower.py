@@ -337,19 +337,17 @@ class Follower:
                     self.ledger.writers = self._writers.known()
                 continue  # a backlog: read on before sleeping
             if run_complete(self.folder.manifest()):
-                self._final_read(source)
-                return "complete"
+                return self._last_read(source, "complete")
             idle = now - last_rows
             unattended = idle >= self.idle_timeout and not self._writers.attended()
             if unattended or (idle >= ALIVE_CHECK_S and now >= next_alive_check):
                 next_alive_check = now + ALIVE_CHECK_S
                 if not self._writers.alive():  # gone, not orphaned: its launcher marks the run
                     self._await_manifest_end()
-                    self._final_read(source)
-                    return "complete" if run_complete(self.folder.manifest()) else "aggregator-gone"
+                    marked = run_complete(self.folder.manifest())
+                    return self._last_read(source, "complete" if marked else "aggregator-gone")
             if unattended:
-                self._final_read(source)
-                return "idle"
+                return self._last_read(source, "idle")
             if self.stop.wait(self.poll_interval):
                 return "interrupted"
 
@@ -357,14 +355,23 @@ class Follower:
         """The new exporter opened and holds nothing unacknowledged: the sink is back."""
         return self.worker.opened and self.worker.delivered_records >= self.ledger.submitted
 
-    def _final_read(self, source: SqliteSource) -> None:
-        """Read what is left, then count the rows deleted after the last one read."""
-        while self._read_all(source, force=True) and not self._stalled:
+    def _last_read(self, source: SqliteSource, end: End) -> End:
+        """Read what is left, then count the rows deleted after the last one read; ``end``,
+        unless a stop or a stall cut it short (then nothing more is marked: a page read
+        and not handed over must not be acknowledged by a later mark)."""
+        while self._read_all(source, force=True) and not self._cut_short():
             pass
-        if self._stalled or self.worker.failure is not None:
-            return
-        source.count_tail_pruned()
-        self.ledger.mark(source, self._clock())
+        if self.stop.is_set():
+            return "interrupted"
+        if self._stalled:
+            return "stalled"
+        if self.worker.failure is None:
+            source.count_tail_pruned()
+            self.ledger.mark(source, self._clock())
+        return end  # after a failure, ``_run`` sees it
+
+    def _cut_short(self) -> bool:
+        return self._stalled or self.worker.failure is not None or self.stop.is_set()
 
     def _read_all(self, source: SqliteSource, *, force: bool = False) -> int:
         """One pass over every table on a connection of its own, closed at the end (so

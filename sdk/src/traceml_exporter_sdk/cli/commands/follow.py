@@ -389,8 +389,9 @@ def _follow_logs_dir(
             metrics.close()
     jobs = [*directory.jobs.values(), *directory.deleted]
     codes = {job.folder.name: exit_code(job.result) for job in jobs if job.result is not None}
-    for job in directory.deleted:
-        codes[job.folder.name] = worst([codes.get(job.folder.name, EXIT_OK), EXIT_INCOMPLETE])
+    for job in directory.deleted:  # a run exported whole and then deleted lost nothing
+        if job.status.lost.get("run_deleted"):
+            codes[job.folder.name] = worst([codes.get(job.folder.name, EXIT_OK), EXIT_INCOMPLETE])
     ends = Counter(job.status.snapshot()["state"] for job in jobs)
     states = ", ".join(f"{n} {state}" for state, n in sorted(ends.items()))
     lines = [
