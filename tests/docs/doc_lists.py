@@ -16,7 +16,10 @@ nothing in the docs any more.
 from __future__ import annotations
 
 _TRACEML_REAL = "needs torch and a training script: tests/traceml_real (nox -s traceml_real)"
-_INSTALL = "installs into the reader's environment: the nox sessions install the same"
+_INSTALL = (
+    "installs into the reader's environment (what it names is checked: "
+    "test_docs_shell.py::test_install_lines_name_what_exists)"
+)
 _OUTPUT = "output, shown as the command prints it; not a command"
 
 NOT_RUN: dict[str, str] = {

@@ -4,20 +4,24 @@ Each command not in ``doc_lists.NOT_RUN`` runs once (the same command in two doc
 is one test) through ``bash -e -o pipefail``, in a fresh sandbox (conftest.py), with
 this environment's ``traceml-exporter`` first on ``PATH``, the sandbox's ``src`` on
 ``PYTHONPATH`` and ``HOME`` in the sandbox, Enter pressed at every prompt; only ``doc_lists.SUBSTITUTE``'s
-placeholders are replaced. It must exit 0 within two minutes.
+placeholders are replaced. It must exit 0 within two minutes. The ``pip install``
+lines are not run (they install), but what they name must be there.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 from child_env import child_env
 from doc_blocks import DOCS, ROOT, SHELL, Command, blocks, commands
 from doc_lists import NOT_RUN, SUBSTITUTE
+from packaging.requirements import Requirement
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TIMEOUT_S = 120
@@ -85,3 +89,61 @@ def test_a_failing_command_fails(sandbox: Path) -> None:
     assert len(planted) == 2
     for where in planted.values():
         assert run(where[0], sandbox).returncode != 0, where[0].key
+
+
+READERS_PATHS = {"./my-exporter"}
+"""Install arguments that are the reader's own folders (their exporter project)."""
+
+
+def install_problems(paths: tuple[Path, ...] | list[Path]) -> list[str]:
+    """What the docs' ``pip install`` lines (not run: they install) name that is not
+    there: an SDK extra sdk/pyproject.toml lacks, a folder of the repository that is
+    missing, a TraceML other than the one the tests run against (noxfile.py)."""
+    project = tomllib.loads((ROOT / "sdk" / "pyproject.toml").read_text("utf-8"))
+    extras = set(project["project"]["optional-dependencies"])
+    oracle = Requirement(_noxfile_constant("TRACEML_ORACLE"))
+    problems = []
+    for path in paths:
+        for block in blocks(path):
+            for command in commands(block) if block.language in SHELL else []:
+                for part in command.text.split("&&"):
+                    words = shlex.split(part, comments=True)
+                    if "install" not in words or "pip" not in words:
+                        continue
+                    for word in words[words.index("install") + 1 :]:
+                        if word.startswith("-"):
+                            continue
+                        if word.startswith(("./", "/")):
+                            if word not in READERS_PATHS and not (ROOT / word).exists():
+                                problems.append(f"{block}: {word}: no such folder")
+                            continue
+                        requirement = Requirement(word)
+                        if requirement.name == "traceml-exporter-sdk":
+                            problems += [
+                                f"{block}: {word}: the SDK has no extra {extra}"
+                                for extra in sorted(requirement.extras - extras)
+                            ]
+                        elif requirement.name == oracle.name and requirement != oracle:
+                            problems.append(f"{block}: {word}: the tests run {oracle}")
+    return problems
+
+
+def _noxfile_constant(name: str) -> str:
+    for line in (ROOT / "noxfile.py").read_text("utf-8").splitlines():
+        if line.startswith(f"{name} = "):
+            return str(eval(line.split(" = ", 1)[1]))
+    raise AssertionError(f"noxfile.py has no {name}")
+
+
+def test_install_lines_name_what_exists() -> None:
+    assert install_problems(DOCS) == []
+
+
+def test_planted_install_lines_fail() -> None:
+    assert install_problems([FIXTURES / "install_lines.md"]) == [
+        "tests/docs/fixtures/install_lines.md:5: traceml-exporter-sdk[follwo]: the SDK has "
+        "no extra follwo",
+        "tests/docs/fixtures/install_lines.md:5: traceml-ai==0.4.0: the tests run "
+        "traceml-ai==0.5.0",
+        "tests/docs/fixtures/install_lines.md:5: ./sdks: no such folder",
+    ]
