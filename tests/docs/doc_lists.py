@@ -4,7 +4,7 @@ Every fenced block of README.md and docs/*.md is handled by its language: ``bash
 commands run in a sandbox (``test_docs_shell.py``), ``python`` snippets run
 (``test_docs_python.py``), ``ini`` systemd units go through ``systemd-analyze verify``
 (``test_docs_systemd.py``), ``yaml`` Kubernetes manifests through the API's schemas
-(``test_docs_kubernetes.py``), ``json`` parses (``test_docs_blocks.py``). What cannot
+(``test_docs_kubernetes.py``), ``json`` has the shape of what the code writes (``test_docs_json.py``). What cannot
 run here (a training run with torch, an interactive prompt, the network, an install)
 or is not code (output, a file tree) is listed below by ``doc: command`` (a shell
 command's words, comment dropped) or ``doc: first line`` (a whole block), with the

@@ -9,7 +9,6 @@ fails here until it is run or listed.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -24,7 +23,7 @@ HANDLED = {
     "python": "test_docs_python.py",
     "ini": "test_docs_systemd.py",
     "yaml": "test_docs_kubernetes.py",
-    "json": "test_docs_blocks.py::test_json_blocks_parse",
+    "json": "test_docs_json.py",
 }
 """Language -> the test that runs or validates its blocks."""
 
@@ -91,15 +90,6 @@ def test_a_new_block_neither_run_nor_listed_fails() -> None:
         "tests/docs/fixtures/unlisted_blocks.md:5 (sql)",
         "tests/docs/fixtures/unlisted_blocks.md:9 (no language)",
     ]
-
-
-@pytest.mark.parametrize(
-    "block",
-    [b for path in DOCS for b in blocks(path) if b.language == "json"],
-    ids=str,
-)
-def test_json_blocks_parse(block: Block) -> None:
-    assert isinstance(json.loads(block.text), dict)
 
 
 def test_the_follow_synopsis_is_the_parsers() -> None:
