@@ -72,7 +72,7 @@ def test_the_docs_have_commands_to_run() -> None:
         assert any(c.block.doc == doc for where in COMMANDS.values() for c in where), doc
 
 
-@pytest.mark.parametrize("key", sorted(COMMANDS), ids=lambda key: key[:60])
+@pytest.mark.parametrize("key", sorted(COMMANDS), ids=lambda key: key)
 def test_command_runs(key: str, sandbox: Path) -> None:
     where = COMMANDS[key]
     result = run(where[0], sandbox)
