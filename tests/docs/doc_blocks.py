@@ -18,7 +18,9 @@ from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 """Every doc whose blocks must run or be validated."""
-SHELL = ("bash", "sh", "shell", "console")
+SHELL = ("bash", "sh", "shell")
+"""Languages whose blocks are commands that run as written (a ``console`` block, with
+prompts and output, is not one)."""
 _INFO = re.compile(r"(?P<info>[^\n]*)$\n", re.MULTILINE)
 _FENCE_LINE = re.compile(r"^[ \t]*(`{3,}|~{3,})", re.MULTILINE)
 

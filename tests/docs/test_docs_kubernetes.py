@@ -118,7 +118,7 @@ MANIFESTS = manifest_blocks(DOCS)
 
 
 def test_the_docs_have_a_manifest() -> None:
-    assert [b.doc for b in MANIFESTS] == ["docs/follow.md"]
+    assert "docs/follow.md" in [b.doc for b in MANIFESTS]
 
 
 @pytest.mark.parametrize("block", MANIFESTS, ids=str)

@@ -126,7 +126,7 @@ UNITS = unit_blocks(DOCS)
 
 
 def test_the_docs_have_a_unit() -> None:
-    assert [b.doc for b in UNITS] == ["docs/follow.md"]
+    assert "docs/follow.md" in [b.doc for b in UNITS]
 
 
 def test_the_exits_to_fix_are_the_clis() -> None:
