@@ -57,6 +57,13 @@ class Command:
         """The words without the comment, quotes undone, one space apart."""
         return " ".join(shlex.split(self.text, comments=True))
 
+    @property
+    def installs(self) -> bool:
+        """A ``pip install`` line and nothing else (no ``&&``, ``;`` or ``|``)."""
+        words = shlex.split(self.text, comments=True)
+        pip = words[:2] == ["pip", "install"] or words[1:4] == ["-m", "pip", "install"]
+        return pip and not {"&&", ";", "|", "||"} & set(words)
+
 
 def name_of(path: Path) -> str:
     try:

@@ -8,18 +8,16 @@ commands run in a sandbox (``test_docs_shell.py``), ``python`` snippets run
 run here (a training run with torch, an interactive prompt, the network, an install)
 or is not code (output, a file tree) is listed below by ``doc: command`` (a shell
 command's words, comment dropped) or ``doc: first line`` (a whole block), with the
-reason and, where another test covers it, which. A block or command that is neither
-handled nor listed fails ``test_docs_blocks.py``, and so does an entry that names
-nothing in the docs any more.
+reason and, where another test covers it, which. A ``pip install`` line alone is not
+run (it would install) but what it names is checked (``test_docs_shell.py``). A
+block that is neither handled nor listed fails ``test_docs_blocks.py``, a shell
+command neither listed nor passing fails ``test_docs_shell.py``, and an entry that
+names nothing in the docs any more fails too.
 """
 
 from __future__ import annotations
 
 _TRACEML_REAL = "needs torch and a training script: tests/traceml_real (nox -s traceml_real)"
-_INSTALL = (
-    "installs into the reader's environment (what it names is checked: "
-    "test_docs_shell.py::test_install_lines_name_what_exists)"
-)
 _OUTPUT = "output, shown as the command prints it; not a command"
 
 NOT_RUN: dict[str, str] = {
@@ -37,13 +35,8 @@ NOT_RUN: dict[str, str] = {
         "needs a generated project as the working folder: tests/template/test_generated.py "
         "(check --project on each baked sink)"
     ),
-    "README.md: python -m pip install traceml-ai==0.5.0 ./sdk ./my-exporter": _INSTALL,
     "README.md: traceml run --logs-dir logs --run-name run1 train.py &": _TRACEML_REAL,
     # docs/cli.md
-    "docs/cli.md: pip install traceml-exporter-sdk": _INSTALL,
-    "docs/cli.md: pip install traceml-exporter-sdk[new]": _INSTALL,
-    "docs/cli.md: pip install traceml-exporter-sdk[testing]": _INSTALL,
-    "docs/cli.md: pip install traceml-exporter-sdk[cli]": _INSTALL,
     "docs/cli.md: traceml-exporter: error: payload file not found: payloads.jsonl": _OUTPUT,
     "docs/cli.md: created /home/me/src/traceml-exporter-demo": _OUTPUT,
     "docs/cli.md: traceml-exporter check my_exporter.exporter:make_exporter --read-back "
@@ -66,7 +59,6 @@ NOT_RUN: dict[str, str] = {
     "[--streams VALUE]": "the usage line of follow --help, shown; checked against the parser "
     "by test_docs_blocks.py::test_the_follow_synopsis_is_the_parsers",
     # docs/conformance.md
-    "docs/conformance.md: pip install traceml-exporter-sdk[testing]": _INSTALL,
     "docs/conformance.md: test_my_exporter.py::TestMyExporter::test_lifecycle[open_close] PASSED": (
         _OUTPUT
     ),
@@ -80,7 +72,6 @@ NOT_RUN: dict[str, str] = {
     "docs/conformance.md: ========================= TraceML exporter: root cause "
     "=========================": _OUTPUT,
     # docs/follow.md
-    "docs/follow.md: pip install traceml-ai==0.5.0 ./sdk ./my-exporter": _INSTALL,
     "docs/follow.md: traceml run --logs-dir logs --run-name run1 train.py &": _TRACEML_REAL,
     "docs/follow.md: follow run1: following; exported 48,210 (process 96, step_memory 9,600, "
     "step_time 38,400, system 114); lag 1,212 rows, 0.6 s": _OUTPUT,

@@ -30,13 +30,14 @@ ENTER = "\n" * 64
 
 
 def runnable(paths: tuple[Path, ...] | list[Path]) -> dict[str, list[Command]]:
-    """Command key -> where the docs give it, for every shell command not listed."""
+    """Command key -> where the docs give it, for every shell command not listed and not
+    a ``pip install`` line."""
     out: dict[str, list[Command]] = {}
     for path in paths:
         for block in blocks(path):
             if block.language in SHELL:
                 for command in commands(block):
-                    if f"{block.doc}: {command.key}" not in NOT_RUN:
+                    if not command.installs and f"{block.doc}: {command.key}" not in NOT_RUN:
                         out.setdefault(command.key, []).append(command)
     return out
 
@@ -106,25 +107,24 @@ def install_problems(paths: tuple[Path, ...] | list[Path]) -> list[str]:
     for path in paths:
         for block in blocks(path):
             for command in commands(block) if block.language in SHELL else []:
-                for part in command.text.split("&&"):
-                    words = shlex.split(part, comments=True)
-                    if "install" not in words or "pip" not in words:
+                if not command.installs:
+                    continue
+                words = shlex.split(command.text, comments=True)
+                for word in words[words.index("install") + 1 :]:
+                    if word.startswith("-"):
                         continue
-                    for word in words[words.index("install") + 1 :]:
-                        if word.startswith("-"):
-                            continue
-                        if word.startswith(("./", "/")):
-                            if word not in READERS_PATHS and not (ROOT / word).exists():
-                                problems.append(f"{block}: {word}: no such folder")
-                            continue
-                        requirement = Requirement(word)
-                        if requirement.name == "traceml-exporter-sdk":
-                            problems += [
-                                f"{block}: {word}: the SDK has no extra {extra}"
-                                for extra in sorted(requirement.extras - extras)
-                            ]
-                        elif requirement.name == oracle.name and requirement != oracle:
-                            problems.append(f"{block}: {word}: the tests run {oracle}")
+                    if word.startswith(("./", "/")):
+                        if word not in READERS_PATHS and not (ROOT / word).exists():
+                            problems.append(f"{block}: {word}: no such folder")
+                        continue
+                    requirement = Requirement(word)
+                    if requirement.name == "traceml-exporter-sdk":
+                        problems += [
+                            f"{block}: {word}: the SDK has no extra {extra}"
+                            for extra in sorted(requirement.extras - extras)
+                        ]
+                    elif requirement.name == oracle.name and requirement != oracle:
+                        problems.append(f"{block}: {word}: the tests run {oracle}")
     return problems
 
 
@@ -136,6 +136,10 @@ def _noxfile_constant(name: str) -> str:
 
 
 def test_install_lines_name_what_exists() -> None:
+    installs = [
+        c for path in DOCS for b in blocks(path) if b.language in SHELL for c in commands(b)
+    ]
+    assert sum(c.installs for c in installs) >= 5
     assert install_problems(DOCS) == []
 
 
