@@ -17,7 +17,10 @@ names nothing in the docs any more fails too.
 
 from __future__ import annotations
 
-_TRACEML_REAL = "needs torch and a training script: tests/traceml_real (nox -s traceml_real)"
+_TRACEML_REAL = (
+    "needs torch and a training script: tests/traceml_real/test_follow_real.py runs real "
+    "`traceml run` jobs and follows them (nox -s traceml_real)"
+)
 _OUTPUT = "output, shown as the command prints it; not a command"
 
 NOT_RUN: dict[str, str] = {
