@@ -8,8 +8,9 @@ commands run in a sandbox (``test_docs_shell.py``), ``python`` snippets run
 run here (a training run with torch, an interactive prompt, the network, an install)
 or is not code (output, a file tree) is listed below by ``doc: command`` (a shell
 command's words, comment dropped) or ``doc: first line`` (a whole block), with the
-reason and, where another test covers it, which. A ``pip install`` line alone is not
-run (it would install) but what it names is checked (``test_docs_shell.py``). A
+reason and, where another test covers it, which. A command of ``pip install`` and
+``nox`` alone is not run (it would install, or run the repository's sessions) but
+what it names is checked (``test_docs_shell.py``). A
 block that is neither handled nor listed fails ``test_docs_blocks.py``, a shell
 command neither listed nor passing fails ``test_docs_shell.py``, and an entry that
 names nothing in the docs any more fails too.
@@ -25,11 +26,6 @@ _OUTPUT = "output, shown as the command prints it; not a command"
 
 NOT_RUN: dict[str, str] = {
     # README.md
-    "README.md: python3 -m pip install nox && nox -s scaffold": (
-        "bakes into ./build of the repository: the template(sink=...) sessions bake and test "
-        "every sink"
-    ),
-    "README.md: python3 -m pip install nox && nox": "is CI itself (.ci/run runs nox)",
     "README.md: pytest --traceml-exporter my_exporter.exporter:make_exporter": (
         "the suite `traceml-exporter check my_exporter...` runs (run here) through the same "
         "plugin; the plugin's options: tests/conformance/test_suite_api.py"

@@ -4,14 +4,15 @@ Each command not in ``doc_lists.NOT_RUN`` runs once (the same command in two doc
 is one test) through ``bash -e -o pipefail``, in a fresh sandbox (conftest.py), with
 this environment's ``traceml-exporter`` first on ``PATH``, the sandbox's ``src`` on
 ``PYTHONPATH`` and ``HOME`` in the sandbox, Enter pressed at every prompt; only ``doc_lists.SUBSTITUTE``'s
-placeholders are replaced. It must exit 0 within two minutes. The ``pip install``
-lines are not run (they install), but what they name must be there.
+placeholders are replaced. It must exit 0 within two minutes. ``pip install`` and
+``nox`` commands are not run (they install, or run the repository's sessions: minutes
+to hours), but what they name must be there: extras, folders, the TraceML pin, sessions.
 """
 
 from __future__ import annotations
 
+import ast
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -31,13 +32,13 @@ ENTER = "\n" * 64
 
 def runnable(paths: tuple[Path, ...] | list[Path]) -> dict[str, list[Command]]:
     """Command key -> where the docs give it, for every shell command not listed and not
-    a ``pip install`` line."""
+    one that is checked instead (``pip install``, ``nox``)."""
     out: dict[str, list[Command]] = {}
     for path in paths:
         for block in blocks(path):
             if block.language in SHELL:
                 for command in commands(block):
-                    if not command.installs and f"{block.doc}: {command.key}" not in NOT_RUN:
+                    if not command.checked_not_run and f"{block.doc}: {command.key}" not in NOT_RUN:
                         out.setdefault(command.key, []).append(command)
     return out
 
@@ -96,36 +97,75 @@ READERS_PATHS = {"./my-exporter"}
 """Install arguments that are the reader's own folders (their exporter project)."""
 
 
-def install_problems(paths: tuple[Path, ...] | list[Path]) -> list[str]:
-    """What the docs' ``pip install`` lines (not run: they install) name that is not
-    there: an SDK extra sdk/pyproject.toml lacks, a folder of the repository that is
-    missing, a TraceML other than the one the tests run against (noxfile.py)."""
+def checked_problems(paths: tuple[Path, ...] | list[Path]) -> list[str]:
+    """What the docs' ``pip install`` and ``nox`` commands (not run: they install, or run
+    the repository's sessions) name that is not there: an SDK extra sdk/pyproject.toml
+    lacks, a folder of the repository that is missing, a TraceML other than the one the
+    tests run against, a nox session noxfile.py does not have."""
     project = tomllib.loads((ROOT / "sdk" / "pyproject.toml").read_text("utf-8"))
     extras = set(project["project"]["optional-dependencies"])
     oracle = Requirement(_noxfile_constant("TRACEML_ORACLE"))
+    sessions = nox_sessions()
     problems = []
     for path in paths:
         for block in blocks(path):
             for command in commands(block) if block.language in SHELL else []:
-                if not command.installs:
+                if not command.checked_not_run:
                     continue
-                words = shlex.split(command.text, comments=True)
-                for word in words[words.index("install") + 1 :]:
-                    if word.startswith("-"):
-                        continue
-                    if word.startswith(("./", "/")):
-                        if word not in READERS_PATHS and not (ROOT / word).exists():
-                            problems.append(f"{block}: {word}: no such folder")
-                        continue
-                    requirement = Requirement(word)
-                    if requirement.name == "traceml-exporter-sdk":
+                for words in command.parts:
+                    if words[:1] == ["nox"]:
                         problems += [
-                            f"{block}: {word}: the SDK has no extra {extra}"
-                            for extra in sorted(requirement.extras - extras)
+                            f"{block}: nox -s {name}: noxfile.py has no such session"
+                            for name in _session_names(words)
+                            if name.split("(")[0] not in sessions
                         ]
-                    elif requirement.name == oracle.name and requirement != oracle:
-                        problems.append(f"{block}: {word}: the tests run {oracle}")
+                        continue
+                    for word in words[words.index("install") + 1 :]:
+                        if word.startswith("-"):
+                            continue
+                        if word.startswith(("./", "/")):
+                            if word not in READERS_PATHS and not (ROOT / word).exists():
+                                problems.append(f"{block}: {word}: no such folder")
+                            continue
+                        requirement = Requirement(word)
+                        if requirement.name == "traceml-exporter-sdk":
+                            problems += [
+                                f"{block}: {word}: the SDK has no extra {extra}"
+                                for extra in sorted(requirement.extras - extras)
+                            ]
+                        elif requirement.name == oracle.name and requirement != oracle:
+                            problems.append(f"{block}: {word}: the tests run {oracle}")
     return problems
+
+
+def _session_names(words: list[str]) -> list[str]:
+    """The sessions ``nox ...`` names (``-s``/``--session``/``--sessions``, before ``--``)."""
+    own = words[: words.index("--")] if "--" in words else words
+    names, taking = [], False
+    for word in own[1:]:
+        if word in ("-s", "--session", "--sessions", "-e"):
+            taking = True
+        elif word.startswith("-"):
+            taking = False
+        elif taking:
+            names.append(word)
+    return names
+
+
+def nox_sessions() -> set[str]:
+    """The names of noxfile.py's sessions (functions under ``@nox.session``)."""
+    tree = ast.parse((ROOT / "noxfile.py").read_text("utf-8"))
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and any(
+            isinstance(d, ast.Call)
+            and isinstance(d.func, ast.Attribute)
+            and d.func.attr == "session"
+            for d in node.decorator_list
+        )
+    }
 
 
 def _noxfile_constant(name: str) -> str:
@@ -135,19 +175,26 @@ def _noxfile_constant(name: str) -> str:
     raise AssertionError(f"noxfile.py has no {name}")
 
 
-def test_install_lines_name_what_exists() -> None:
-    installs = [
-        c for path in DOCS for b in blocks(path) if b.language in SHELL for c in commands(b)
+def test_checked_commands_name_what_exists() -> None:
+    checked = [
+        c
+        for path in DOCS
+        for b in blocks(path)
+        if b.language in SHELL
+        for c in commands(b)
+        if c.checked_not_run
     ]
-    assert sum(c.installs for c in installs) >= 5
-    assert install_problems(DOCS) == []
+    assert len(checked) >= 5
+    assert {"tests", "scaffold", "template"} <= nox_sessions()
+    assert checked_problems(DOCS) == []
 
 
-def test_planted_install_lines_fail() -> None:
-    assert install_problems([FIXTURES / "install_lines.md"]) == [
+def test_planted_checked_commands_fail() -> None:
+    assert checked_problems([FIXTURES / "install_lines.md"]) == [
         "tests/docs/fixtures/install_lines.md:5: traceml-exporter-sdk[follwo]: the SDK has "
         "no extra follwo",
         "tests/docs/fixtures/install_lines.md:5: traceml-ai==0.4.0: the tests run "
         "traceml-ai==0.5.0",
         "tests/docs/fixtures/install_lines.md:5: ./sdks: no such folder",
+        "tests/docs/fixtures/install_lines.md:5: nox -s scafold: noxfile.py has no such session",
     ]
