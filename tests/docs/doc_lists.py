@@ -13,7 +13,8 @@ reason and, where another test covers it, which. A command of ``pip install`` an
 what it names is checked (``test_docs_shell.py``). A
 block that is neither handled nor listed fails ``test_docs_blocks.py``, a shell
 command neither listed nor passing fails ``test_docs_shell.py``, and an entry that
-names nothing in the docs any more fails too.
+names nothing in the docs any more fails too. An output block may instead be
+checked against what its command prints (``SHOWN_BY``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ NOT_RUN: dict[str, str] = {
     ),
     "README.md: traceml run --logs-dir logs --run-name run1 train.py &": _TRACEML_REAL,
     # docs/cli.md
-    "docs/cli.md: traceml-exporter: error: payload file not found: payloads.jsonl": _OUTPUT,
-    "docs/cli.md: created /home/me/src/traceml-exporter-demo": _OUTPUT,
     "docs/cli.md: traceml-exporter check my_exporter.exporter:make_exporter --read-back "
     "my_exporter.testing:read_back": (
         "the suite of the line above (run here) with the reader's read-back function: "
@@ -123,3 +122,21 @@ SUBSTITUTE: dict[str, str] = {
 }
 """Placeholders a command runs with replaced: the repository (the reader's checkout) and an
 absolute folder of the reader's (a test writes nothing outside its sandbox)."""
+
+SHOWN_BY: dict[str, str] = {
+    "docs/cli.md: traceml-exporter: error: payload file not found: payloads.jsonl": (
+        "mkdir empty && cd empty && traceml-exporter replay jsonl --payloads payloads.jsonl; "
+        "traceml-exporter replay jsonl"
+    ),
+    "docs/cli.md: created /home/me/src/traceml-exporter-demo": (
+        "traceml-exporter new --no-input -o ~/src project_name=demo"
+    ),
+}
+"""``doc: first line`` of an output block -> the bash that prints it: every line of the
+block (``SHOWN_PATHS`` replaced, spaces collapsed) is a line of what it prints."""
+
+SHOWN_PATHS: dict[str, str] = {
+    "/home/me/src": "{sandbox}/home/src",
+    "/home/me/traceml-exporter-sdk": "{root}",
+}
+"""The reader's folders an output block shows -> the sandbox's and the checkout's."""

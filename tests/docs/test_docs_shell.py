@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import tomllib
 from child_env import child_env
-from doc_blocks import DOCS, ROOT, SHELL, Command, blocks, commands
-from doc_lists import NOT_RUN, SUBSTITUTE
+from doc_blocks import DOCS, ROOT, SHELL, Block, Command, blocks, commands
+from doc_lists import NOT_RUN, SHOWN_BY, SHOWN_PATHS, SUBSTITUTE
 from packaging.requirements import Requirement
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -47,6 +47,10 @@ def run(command: Command, sandbox: Path) -> subprocess.CompletedProcess[str]:
     text = command.text
     for placeholder, value in SUBSTITUTE.items():
         text = text.replace(placeholder, value.format(root=ROOT, sandbox=sandbox))
+    return bash(text, sandbox, "-e", "-o", "pipefail")
+
+
+def bash(script: str, sandbox: Path, *options: str) -> subprocess.CompletedProcess[str]:
     bin_dir = Path(sys.executable).parent
     env = child_env(
         [sandbox / "src"],
@@ -54,7 +58,7 @@ def run(command: Command, sandbox: Path) -> subprocess.CompletedProcess[str]:
         PATH=os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
     )
     return subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", text],
+        ["bash", *options, "-c", script],
         cwd=sandbox,
         env=env,
         capture_output=True,
@@ -63,6 +67,19 @@ def run(command: Command, sandbox: Path) -> subprocess.CompletedProcess[str]:
         input=ENTER,
         check=False,
     )
+
+
+def output_problems(block: Block, script: str, sandbox: Path) -> list[str]:
+    """The block's lines its script does not print (paths of ``SHOWN_PATHS`` replaced)."""
+    result = bash(script, sandbox)
+    printed = {" ".join(line.split()) for line in (result.stdout + result.stderr).splitlines()}
+    problems = []
+    for line in block.text.splitlines():
+        for shown, real in SHOWN_PATHS.items():
+            line = line.replace(shown, real.format(root=ROOT, sandbox=sandbox))
+        if line.strip() and " ".join(line.split()) not in printed:
+            problems.append(f"{block}: not printed: {line.strip()}")
+    return problems
 
 
 COMMANDS = runnable(DOCS)
@@ -197,4 +214,24 @@ def test_planted_checked_commands_fail() -> None:
         "traceml-ai==0.5.0",
         "tests/docs/fixtures/install_lines.md:5: ./sdks: no such folder",
         "tests/docs/fixtures/install_lines.md:5: nox -s scafold: noxfile.py has no such session",
+    ]
+
+
+SHOWN = [
+    (b, SHOWN_BY[f"{b.doc}: {b.first_line}"])
+    for path in DOCS
+    for b in blocks(path)
+    if f"{b.doc}: {b.first_line}" in SHOWN_BY
+]
+
+
+@pytest.mark.parametrize(("block", "script"), SHOWN, ids=[str(b) for b, _ in SHOWN])
+def test_output_block_is_what_its_command_prints(block: Block, script: str, sandbox: Path) -> None:
+    assert output_problems(block, script, sandbox) == []
+
+
+def test_a_wrong_output_block_fails(sandbox: Path) -> None:
+    (block,) = blocks(FIXTURES / "wrong_output.md")
+    assert output_problems(block, "traceml-exporter replay jsonl", sandbox) == [
+        f"{block}: not printed: traceml-exporter replay: error: --payloads is required"
     ]
