@@ -50,7 +50,6 @@ NOT_RUN: dict[str, str] = {
     ),
     "docs/cli.md: conformance suite for eager:make": _OUTPUT,
     "docs/cli.md: conformance suite for connected:make": _OUTPUT,
-    "docs/cli.md: traceml.yaml       /home/me/project/traceml.yaml": _OUTPUT,
     "docs/cli.md: replay of payloads.jsonl (jsonl, 1,204 payloads) into "
     "my_exporter.exporter:make_exporter": _OUTPUT,
     "docs/cli.md: traceml-exporter follow SPEC (--session-root RUN_DIR | --logs-dir LOGS) "
@@ -128,6 +127,10 @@ SHOWN_BY: dict[str, str] = {
         "mkdir empty && cd empty && traceml-exporter replay jsonl --payloads payloads.jsonl; "
         "traceml-exporter replay jsonl"
     ),
+    "docs/cli.md: traceml.yaml       /home/me/project/traceml.yaml": (
+        "TRACEML_EXPORT_STREAMS=step_time,system traceml-exporter validate "
+        "--exporter my_exporter.exporter:make_exporter --no-hostname"
+    ),
     "docs/cli.md: created /home/me/src/traceml-exporter-demo": (
         "traceml-exporter new --no-input -o ~/src project_name=demo"
     ),
@@ -137,6 +140,7 @@ block (``SHOWN_PATHS`` replaced, spaces collapsed) is a line of what it prints."
 
 SHOWN_PATHS: dict[str, str] = {
     "/home/me/src": "{sandbox}/home/src",
+    "/home/me/project": "{sandbox}",
     "/home/me/traceml-exporter-sdk": "{root}",
 }
 """The reader's folders an output block shows -> the sandbox's and the checkout's."""
