@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-FOLDERS = ["cli", "conformance", "peers", "runtime", "template"]
+FOLDERS = ["cli", "conformance", "docs", "peers", "runtime", "template"]
 
 
 def imported_names(path: Path) -> set[str]:
