@@ -169,7 +169,7 @@ def test_the_graph_reader_sees_relative_and_absolute_imports() -> None:
     graph = import_graph()
     assert f"{PACKAGE}.testing.keys" in graph[f"{PACKAGE}.testing.plugin"]
     assert f"{PACKAGE}.testing.conformance" in graph[f"{PACKAGE}.testing.plugin"]
-    assert f"{PACKAGE}.testing.checks.lifecycle" in graph[f"{PACKAGE}.testing.checks"]
+    assert f"{PACKAGE}.testing.configuration" in graph[f"{PACKAGE}.testing.conformance"]
     assert f"{PACKAGE}.factory" in graph[f"{PACKAGE}.worker"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
