@@ -39,6 +39,7 @@ COMMON_FILES = [
     "pyproject.toml",
     f"src/{DEFAULT_PACKAGE}/__init__.py",
     f"src/{DEFAULT_PACKAGE}/_contract.py",
+    f"src/{DEFAULT_PACKAGE}/_lifecycle.py",
     f"src/{DEFAULT_PACKAGE}/exporter.py",
     f"src/{DEFAULT_PACKAGE}/py.typed",
     "tests/conftest.py",

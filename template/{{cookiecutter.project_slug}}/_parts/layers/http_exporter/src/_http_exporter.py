@@ -1,8 +1,8 @@
-"""The lifecycle every HTTP exporter shares, over the transport of ``_http``.
+"""What every HTTP exporter shares, over the transport of ``_http``.
 
-:class:`HttpExporter` keeps TraceML's call order (``open`` once, then ``write`` and
-``flush``, then ``close`` once), releases the client when a method fails (``_contract``
-rule 6) and writes the receipt. A sink supplies its settings, its client, what ``write``
+:class:`HttpExporter` is a :class:`~._lifecycle.Lifecycle` (TraceML's call order, the
+client released when a method fails) that makes the client in ``open()`` and writes
+the receipt. A sink supplies its settings, its client, what ``write``
 keeps and what ``flush`` sends, as an OpenTelemetry Collector exporter supplies only
 its push.
 """
@@ -16,9 +16,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from ._contract import ExporterContext, ExportRecord, releasing
+from ._contract import ExporterContext, ExportRecord
 from ._files import append_line
 from ._http import Endpoint, HttpTransport
+from ._lifecycle import Lifecycle
 
 __all__ = ["HttpExporter"]
 
@@ -32,14 +33,14 @@ _S = TypeVar("_S", bound=_Settings)
 _E = TypeVar("_E", bound="HttpExporter[Any]")
 
 
-class HttpExporter(Generic[_S]):
+class HttpExporter(Lifecycle, Generic[_S]):
     """The lifecycle of an HTTP sink's exporter: settings copied, client made in ``open()``.
 
     ``open()`` parses the settings (:meth:`_parse`), makes the client
     (:meth:`_connect`), sends the sink's first request (:meth:`_greet`) and
     appends the instance's line to ``RECEIPT_FILE``; ``write``, ``flush`` and
     ``close`` hand over to :meth:`_add` and :meth:`_deliver`. Any failure
-    closes the client before it is raised (``_contract`` rule 6).
+    closes the client before it is raised (``Lifecycle``, ``_contract`` rule 6).
     """
 
     RECEIPT_FILE: ClassVar[str]
@@ -80,7 +81,6 @@ class HttpExporter(Generic[_S]):
         self.instance_id = ""
         self._transport: HttpTransport | None = None
         self._delivered: Counter[str] = Counter()
-        self._state = "new"
         self._drop()
 
     @classmethod
@@ -126,26 +126,20 @@ class HttpExporter(Generic[_S]):
 
     def open(self) -> None:
         """Validate the settings, make the HTTP client and send the first request."""
-        if self._state != "new":
-            raise RuntimeError(f"open() called on a {self._state} exporter")
-        self._state = "failed"  # until the server answered
-        settings = self.settings = self._parse(self.environment)
-        self._transport = self._connect(settings)
-        with releasing(self._abort):
+        with self._opening():
+            settings = self.settings = self._parse(self.environment)
+            self._transport = self._connect(settings)
             self._greet()
             self._append_receipt({"opened_unix_ns": time.time_ns()})
-        self._state = "open"
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Keep the records for the next delivery (a sink may send some at once)."""
-        self._require("write")
-        with releasing(self._abort):
+        with self._running("write"):
             self._add(records)
 
     def flush(self) -> None:
         """Send everything written; return once the server answered 2xx to all of it."""
-        self._require("flush")
-        with releasing(self._abort):
+        with self._running("flush"):
             self._deliver()
 
     def close(self, *, dropped_batches: int = 0) -> None:
@@ -154,8 +148,7 @@ class HttpExporter(Generic[_S]):
         ``dropped_batches`` (batches TraceML's worker never handed to ``write``)
         goes into that line.
         """
-        self._require("close")
-        with releasing(self._abort):
+        with self._closing():
             self._deliver()
             self._append_receipt(
                 {
@@ -166,28 +159,18 @@ class HttpExporter(Generic[_S]):
                     "dropped_batches": dropped_batches,
                 }
             )
-        self._abort()
-        self._state = "closed"
 
     # -- state -----------------------------------------------------------------------
 
-    def _require(self, method: str) -> None:
-        if self._state != "open":
-            hint = "; call open() first" if self._state == "new" else ""
-            raise RuntimeError(f"{method}() called on a {self._state} exporter{hint}")
-
-    def _abort(self) -> None:
+    def _release(self) -> None:
         """Drop what is pending and close the client (TraceML never calls again after a failure)."""
-        self._state = "failed"
         self._drop()
         transport, self._transport = self._transport, None
         if transport is not None:
             transport.close()
 
     def _client(self) -> HttpTransport:
-        if self._transport is None:
-            raise RuntimeError("the HTTP client is closed")
-        return self._transport
+        return self._held(self._transport)
 
     def _settings(self) -> _S:
         if self.settings is None:

@@ -30,8 +30,9 @@ from typing import IO, Any
 
 import orjson
 
-from ._contract import ExporterContext, ExportRecord, permanent, record_data, releasing
+from ._contract import ExporterContext, ExportRecord, permanent, record_data
 from ._files import write_atomically
+from ._lifecycle import Lifecycle
 
 __all__ = ["SUMMARY_FILE", "ExampleExporter", "encode_line", "make_exporter"]
 
@@ -47,7 +48,7 @@ def encode_line(data: dict[str, Any]) -> bytes:
         return json.dumps(data, separators=(",", ":")).encode() + b"\n"
 
 
-class ExampleExporter:
+class ExampleExporter(Lifecycle):
     """Append every record as one line of ``<export_dir>/<record.STREAM>.jsonl``."""
 
     def __init__(
@@ -62,15 +63,15 @@ class ExampleExporter:
 
     def open(self) -> None:
         """Create the export folder and open one file per selected stream."""
-        self._files = {}
-        with releasing(self._release):
+        with self._opening():
+            self._files = {}
             self.export_dir.mkdir(parents=True, exist_ok=True)
             for stream in self.streams:
                 self._file(stream)
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Append each record to its stream's file, in the order given."""
-        with releasing(self._release):
+        with self._running("write"):
             for record in records:
                 data = record_data(record, self.include_hostname)
                 self._file(record.STREAM).write(encode_line(data))
@@ -78,26 +79,20 @@ class ExampleExporter:
 
     def flush(self) -> None:
         """Make every line written so far durable: flush and fsync each file."""
-        with releasing(self._release):
+        with self._running("flush"):
             self._sync()
 
     def close(self, *, dropped_batches: int = 0) -> None:
         """Flush, fsync and close every file, then write ``SUMMARY_FILE``."""
-        with releasing(self._release):
+        with self._closing():
             for handle in self._sync():
                 handle.close()
             summary = {"written_records": self._written, "dropped_batches": dropped_batches}
             write_atomically(self.export_dir / SUMMARY_FILE, orjson.dumps(summary))
-        self._files = None
-
-    def _open_files(self) -> dict[str, IO[bytes]]:
-        if self._files is None:
-            raise RuntimeError("the exporter is not open (open() not called, closed, or failed)")
-        return self._files
 
     def _file(self, stream: str) -> IO[bytes]:
         """The open file of ``stream``; a stream seen for the first time gets one."""
-        files = self._open_files()
+        files = self._held(self._files)
         handle = files.get(stream)
         if handle is None:
             if not stream.isidentifier():  # a STREAM is a plain name; never let it be a path
@@ -108,7 +103,7 @@ class ExampleExporter:
 
     def _sync(self) -> list[IO[bytes]]:
         """Flush and fsync every file; return them."""
-        handles = list(self._open_files().values())
+        handles = list(self._held(self._files).values())
         for handle in handles:
             handle.flush()
             os.fsync(handle.fileno())

@@ -52,12 +52,12 @@ from ._contract import (
     ExportRecord,
     SettingsError,
     record_data,
-    releasing,
     run_key,
 )
 from ._delivery import duration, environment
 from ._files import write_atomically
 from ._http import HttpTransport, parse_endpoint
+from ._lifecycle import Lifecycle
 from ._mlflow_api import MAX_METRICS, RETRYABLE, MlflowApi, MlflowExportError, describe
 from ._mlflow_metrics import MAX_TAG_VALUE, NOT_EXPORTED, metrics, rank_of, runtime_tags, wire_value
 from ._mlflow_summary import DEFAULT_WAIT_STEPS, STATE_FILE, SUMMARIZED, Summary
@@ -235,7 +235,7 @@ class _Pending:
         self.metrics += points
 
 
-class ExampleExporter:
+class ExampleExporter(Lifecycle):
     """Send every record's metrics to its rank's run of the session's MLflow run."""
 
     def __init__(
@@ -273,7 +273,7 @@ class ExampleExporter:
     def open(self) -> None:
         """Check the settings, find or create the experiment, the session's run and the
         runs of the ranks it already has."""
-        with releasing(self._release):
+        with self._opening():
             self.export_dir.mkdir(parents=True, exist_ok=True)  # a folder in the way fails here
             transport = self.settings.transport()
             selection = self.settings.ranks()
@@ -287,8 +287,7 @@ class ExampleExporter:
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Place each record in the summary (or the session run's points and tags), and in
         its rank's run when that rank has one; buffer the points."""
-        with releasing(self._release):
-            self._open_api()
+        with self._running("write"):
             session = self._pending.setdefault(None, _Pending())
             ranks, summary = self._ranks, self._summary
             for record in records:
@@ -331,7 +330,7 @@ class ExampleExporter:
         """Send the session run's points, the runs' tags and the rank runs' points in full
         requests; keep the rest of the rank runs' points and the steps still waiting for
         ranks in the export folder: what was written then counts as delivered."""
-        with releasing(self._release):
+        with self._running("flush"):
             self._send()
             self._keep_points()
             self._save_summary()
@@ -339,8 +338,8 @@ class ExampleExporter:
     def close(self, *, dropped_batches: int = 0) -> None:
         """Send what is buffered, mark the runs this exporter made FINISHED, note the counts
         on the session's run, write ``RECEIPT_FILE``, close the connection."""
-        with releasing(self._release):
-            api = self._open_api()
+        with self._closing():
+            api = self._held(self._api)
             self._summary.finish()
             self._take_summary()
             until = self._send(everything=True)
@@ -364,7 +363,6 @@ class ExampleExporter:
                     api.update_run(run_id, "FINISHED", end, until)
             (self.export_dir / POINTS_FILE).unlink(missing_ok=True)  # all sent
             self._write_receipt(dropped_batches)
-        self._release()
 
     # -- the runs ---------------------------------------------------------------------
 
@@ -415,7 +413,7 @@ class ExampleExporter:
         """Send before one deadline the session run's points, the runs' tags and the rank
         runs' points in full requests (all of them with ``everything``, or for a rank whose
         first point waited ``POINTS_WAIT_S``); the deadline."""
-        api = self._open_api()
+        api = self._held(self._api)
         until = api.transport.until()
         old = time.monotonic() - POINTS_WAIT_S
         for rank, pending in list(self._pending.items()):
@@ -497,11 +495,6 @@ class ExampleExporter:
 
     # -- the rest ---------------------------------------------------------------------
 
-    def _open_api(self) -> MlflowApi:
-        if self._api is None:
-            raise RuntimeError("the exporter is not open (open() not called, closed, or failed)")
-        return self._api
-
     def _take_summary(self) -> None:
         """Buffer the points of the steps the summary wrote: the session run's, and the
         "slowest rank" run's."""
@@ -533,7 +526,7 @@ class ExampleExporter:
 
     def _write_receipt(self, dropped_batches: int) -> None:
         receipt = {
-            "tracking_uri": self._open_api().transport.endpoint.url,
+            "tracking_uri": self._held(self._api).transport.endpoint.url,
             "experiment_id": self._experiment_id,
             "session_run_id": self._parent,
             "rank_run_ids": {str(r): i for r, i in self._runs.items() if r is not None},

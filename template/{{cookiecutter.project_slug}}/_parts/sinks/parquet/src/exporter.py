@@ -53,8 +53,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ._contract import ExporterContext, ExportRecord, kept_columns, permanent, releasing
+from ._contract import ExporterContext, ExportRecord, kept_columns, permanent
 from ._files import write_atomically
+from ._lifecycle import Lifecycle
 from ._parquet_arrow import stream_schema, to_arrow
 from ._parquet_layout import CLOSE_GRACE_S, ExportDirLock, SinkError, StreamFolder
 from ._parquet_read import read_export
@@ -100,7 +101,7 @@ class _Stream:
     batch_bytes: int = 0
 
 
-class ExampleExporter:
+class ExampleExporter(Lifecycle):
     """Write every record to the Parquet folder of its ``record.STREAM``.
 
     ``part_limit``: parts of this run a stream may have before a flush compacts
@@ -130,26 +131,21 @@ class ExampleExporter:
         self._classes: dict[type, _Stream] = {}
         self._run = 0
         self._lock = ExportDirLock(export_dir)
-        self._state = "new"
 
     def open(self) -> None:
         """Create ``export_dir``, lock it, and clear what a killed run left in its stream folders.
 
         Raises ``SinkError`` when another exporter holds the folder's lock.
         """
-        if self._state != "new":
-            raise RuntimeError(f"open() called on a {self._state} exporter")
-        self._state = "failed"  # until the folder is there
-        try:
-            self.export_dir.mkdir(parents=True, exist_ok=True)
-            self._lock.acquire()
-        except SinkError:
-            raise
-        except OSError as error:
-            raise SinkError(f"{self.export_dir}: {type(error).__name__}: {error}") from error
-        with releasing(self._lock.release):
+        with self._opening():
+            try:
+                self.export_dir.mkdir(parents=True, exist_ok=True)
+                self._lock.acquire()
+            except SinkError:
+                raise
+            except OSError as error:
+                raise SinkError(f"{self.export_dir}: {type(error).__name__}: {error}") from error
             self._clear_leftovers()
-        self._state = "open"
 
     def _clear_leftovers(self) -> None:
         """Adopt each stream's generation link and drop what a killed run left beside it."""
@@ -164,8 +160,7 @@ class ExampleExporter:
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Buffer the batch per stream; a stream past ``backlog_bytes`` is written out."""
-        self._check("write")
-        with releasing(self._abort):
+        with self._running("write"):
             self._buffer(records)
             for buffer in self._streams.values():
                 if len(buffer.rows) >= STAGE_ROWS:
@@ -175,8 +170,7 @@ class ExampleExporter:
 
     def flush(self) -> None:
         """Write each stream's buffered records as one new part; compact past ``part_limit``."""
-        self._check("flush")
-        with releasing(self._abort):
+        with self._running("flush"):
             for buffer in self._streams.values():
                 self._write_part(buffer)
                 buffer.folder.compact(self.part_limit, buffer.schema)
@@ -187,17 +181,12 @@ class ExampleExporter:
         ``dropped_batches`` is the number of payload batches TraceML's worker
         never handed to ``write``: one count for the whole worker.
         """
-        self._check("close")
-        with releasing(self._abort):
+        with self._closing():
             for buffer in self._streams.values():
                 self._write_part(buffer)
                 buffer.folder.compact(None, buffer.schema)
             self._write_summary(dropped_batches)
             self._remove_replaced_generations()
-        self._streams.clear()
-        self._classes.clear()
-        self._lock.release()
-        self._state = "closed"
 
     def _remove_replaced_generations(self) -> None:
         """Let listings of a replaced generation finish, then remove those generations."""
@@ -208,14 +197,8 @@ class ExampleExporter:
         for buffer in self._streams.values():
             buffer.folder.remove_replaced(0.0)
 
-    def _check(self, method: str) -> None:
-        if self._state != "open":
-            hint = "; call open() first" if self._state == "new" else ""
-            raise RuntimeError(f"{method}() called on a {self._state} exporter{hint}")
-
-    def _abort(self) -> None:
-        """After a failure: drop every buffer and release the folder's lock."""
-        self._state = "failed"
+    def _release(self) -> None:
+        """Drop every buffer and release the folder's lock."""
         self._streams.clear()
         self._classes.clear()
         self._lock.release()

@@ -59,6 +59,7 @@ from psycopg import sql
 from ._contract import ExporterContext, ExportRecord, releasing, run_key
 from ._delivery import environment, retry, until
 from ._files import append_line
+from ._lifecycle import Lifecycle
 from ._postgres_connection import (
     BACKOFF,
     MIN_CONNECT_S,
@@ -153,7 +154,7 @@ def _naming(what: str) -> Iterator[None]:
         raise named from error
 
 
-class ExampleExporter:
+class ExampleExporter(Lifecycle):
     """COPY every record into the table named by its ``record.STREAM``."""
 
     def __init__(  # noqa: PLR0913 - keyword-only settings
@@ -190,23 +191,19 @@ class ExampleExporter:
         self._buffered = 0
         self._written: dict[str, int] = {}
         self._flushes = 0
-        self._state = "new"
 
     # -- the four methods --------------------------------------------------------------
 
     def open(self) -> None:
         """Connect, create the schema and the selected streams' tables, write the receipt."""
-        if self._state != "new":
-            raise RuntimeError(f"open() called on a {self._state} exporter")
-        self._state = "failed"  # until the connection is ready
-        if self.timeout_setting:
-            self.timeouts = parse_timeouts(self.timeout_setting, TIMEOUT_ENV)
-        self.run_id = str(uuid.uuid4())
-        with marking_permanent():
-            self._open(self._connect(until(self.timeouts.call_s)))
-        self._tables.update(self._pending)
-        self._pending = {}
-        self._state = "open"
+        with self._opening():
+            if self.timeout_setting:
+                self.timeouts = parse_timeouts(self.timeout_setting, TIMEOUT_ENV)
+            self.run_id = str(uuid.uuid4())
+            with marking_permanent():
+                self._open(self._connect(until(self.timeouts.call_s)))
+            self._tables.update(self._pending)
+            self._pending = {}
 
     def _open(self, conn: BoundedConnection) -> None:
         """Make the schema and tables on ``conn``, write the receipt; keep ``conn`` for the run."""
@@ -231,8 +228,7 @@ class ExampleExporter:
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Buffer the batch, by stream; nothing is sent until ``flush``."""
-        self._connection("write")
-        with releasing(self._abort):
+        with self._running("write"):
             layouts = self._layouts
             rows = self._rows
             for record in records:
@@ -254,11 +250,12 @@ class ExampleExporter:
 
     def flush(self) -> None:
         """COPY the buffer in one transaction and commit; then it counts as delivered."""
-        conn = self._connection("flush")
-        if not self._rows:
-            return
-        with releasing(self._abort), marking_permanent():
-            self._deliver(conn, closing=None)
+        with self._running("flush"):
+            conn = self._held(self._conn)
+            if not self._rows:
+                return
+            with marking_permanent():
+                self._deliver(conn, closing=None)
 
     def close(self, *, dropped_batches: int = 0) -> None:
         """Deliver what is buffered, log the run in ``_export_runs`` and close the connection.
@@ -266,13 +263,8 @@ class ExampleExporter:
         ``dropped_batches`` is the number of payload batches TraceML's worker
         never handed to ``write``: one count for the whole worker.
         """
-        conn = self._connection("close")
-        with releasing(self._abort), marking_permanent():
-            self._deliver(conn, closing=dropped_batches)
-            last, self._conn = self._conn, None  # the reconnected one, after a retry
-            if last is not None:
-                last.close()
-        self._state = "closed"
+        with self._closing(), marking_permanent():
+            self._deliver(self._held(self._conn), closing=dropped_batches)
 
     # -- delivery ------------------------------------------------------------------------
 
@@ -420,15 +412,9 @@ class ExampleExporter:
             )
         return conn
 
-    def _connection(self, method: str) -> BoundedConnection:
-        if self._state != "open" or self._conn is None:
-            hint = "; call open() first" if self._state == "new" else ""
-            raise RuntimeError(f"{method}() called on a {self._state} exporter{hint}")
-        return self._conn
-
-    def _abort(self) -> None:
-        """After a failure: close the connection (the open transaction is rolled back)."""
-        self._state = "failed"
+    def _release(self) -> None:
+        """Close the connection (the reconnected one, after a retry; an open transaction is
+        rolled back) and drop the buffer."""
         conn, self._conn = self._conn, None
         self._rows = {}
         if conn is not None:

@@ -186,9 +186,7 @@ class ExampleExporter(
         return {"series": self._aggregator().series, "samples": self._samples}
 
     def _aggregator(self) -> Aggregator:
-        if self._series is None:
-            raise RuntimeError("the exporter is not open")
-        return self._series
+        return self._held(self._series)
 
 
 def _server_message(answer: Answer) -> str:

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._contract import ExporterContext, ExportRecord, kept_columns, permanent, releasing
+from ._contract import ExporterContext, ExportRecord, kept_columns, permanent
+from ._lifecycle import Lifecycle
 
 __all__ = [
     "DATABASE_FILE",
@@ -92,7 +93,7 @@ class _Table:
     json_positions: tuple[int, ...]
 
 
-class ExampleExporter:
+class ExampleExporter(Lifecycle):
     """Insert every record as one row of the table named by its ``record.STREAM``."""
 
     def __init__(
@@ -109,10 +110,10 @@ class ExampleExporter:
 
     def open(self) -> None:
         """Create the folder and connect: WAL journal, full sync on commit."""
-        self.database.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: no implicit transactions; BEGIN and COMMIT are explicit.
-        self._conn = sqlite3.connect(self.database, isolation_level=None)
-        with releasing(self._release):
+        with self._opening():
+            self.database.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: no implicit transactions; BEGIN and COMMIT are explicit.
+            self._conn = sqlite3.connect(self.database, isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute(
@@ -122,8 +123,8 @@ class ExampleExporter:
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Insert the batch into the open transaction (begun here if none is open)."""
-        with releasing(self._release):
-            conn = self._connection()
+        with self._running("write"):
+            conn = self._held(self._conn)
             if not conn.in_transaction:
                 conn.execute("BEGIN")
             rows: dict[str, list[list[Any]]] = {}
@@ -140,15 +141,15 @@ class ExampleExporter:
 
     def flush(self) -> None:
         """Commit everything written so far (durably: ``synchronous=FULL``)."""
-        with releasing(self._release):
-            conn = self._connection()
+        with self._running("flush"):
+            conn = self._held(self._conn)
             if conn.in_transaction:
                 conn.execute("COMMIT")
 
     def close(self, *, dropped_batches: int = 0) -> None:
         """Commit, log this run in ``RUNS_TABLE`` and close the connection."""
-        with releasing(self._release):
-            conn = self._connection()
+        with self._closing():
+            conn = self._held(self._conn)
             if not conn.in_transaction:
                 conn.execute("BEGIN")
             conn.execute(
@@ -156,13 +157,6 @@ class ExampleExporter:
                 (time.time_ns(), dropped_batches, _to_json(self._written)),
             )
             conn.execute("COMMIT")
-            conn.close()
-        self._conn = None
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RuntimeError("the exporter is not open (open() not called, closed, or failed)")
-        return self._conn
 
     def _release(self) -> None:
         """Roll back what was not committed and close, raising nothing.
@@ -183,7 +177,7 @@ class ExampleExporter:
 
     def _prepare(self, record: ExportRecord, sample: dict[str, Any]) -> _Table:
         """Create (or widen) the table of ``record.STREAM`` from its first record."""
-        conn = self._connection()
+        conn = self._held(self._conn)
         kept = kept_columns(record.COLUMNS, self.include_hostname)
         columns = ("schema_version", *kept)
         json_positions = tuple(

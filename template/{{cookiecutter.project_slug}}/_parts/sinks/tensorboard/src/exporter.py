@@ -33,8 +33,9 @@ from typing import IO, Any, Final
 
 import orjson
 
-from ._contract import ExporterContext, ExportRecord, record_data, releasing
+from ._contract import ExporterContext, ExportRecord, record_data
 from ._files import write_atomically
+from ._lifecycle import Lifecycle
 from ._tensorboard_events import StringTensors, event, file_version_event
 from ._tensorboard_scalars import ScalarValues, rank_of, step_of, wall_time_of
 
@@ -82,7 +83,7 @@ class _EventFile:
     handle: IO[bytes]
 
 
-class ExampleExporter:
+class ExampleExporter(Lifecycle):
     """Write every record as one TensorBoard event of its rank's file, synchronously."""
 
     def __init__(self, root: Path, summary_dir: Path, *, include_hostname: bool = False) -> None:
@@ -99,16 +100,16 @@ class ExampleExporter:
 
     def open(self) -> None:
         """Create the log folder; each rank's file is created with its first record."""
-        with releasing(self._release):
+        with self._opening():
             self.root.mkdir(parents=True, exist_ok=True)
-        self._files = {}
-        self._opened_ns = time.time_ns()
-        self._count = 0
+            self._files = {}
+            self._opened_ns = time.time_ns()
+            self._count = 0
 
     def write(self, records: Sequence[ExportRecord]) -> None:
         """Encode each record as an event and append it to its rank's file, in order."""
-        with releasing(self._release):
-            files = self._open_files()
+        with self._running("write"):
+            files = self._held(self._files)
             scalar_values = self._scalars.values
             record_value = self._records.value
             opened = self._opened_ns
@@ -127,14 +128,14 @@ class ExampleExporter:
     def flush(self) -> None:
         """Hand every event written so far to the operating system (it survives a crash of
         this process; ``close()`` fsyncs it for a crash of the machine)."""
-        with releasing(self._release):
-            for file in self._open_files().values():
+        with self._running("flush"):
+            for file in self._held(self._files).values():
                 file.handle.flush()
 
     def close(self, *, dropped_batches: int = 0) -> None:
         """Flush, fsync and close every file, then write ``SUMMARY_FILE``."""
-        with releasing(self._release):
-            files = self._open_files()
+        with self._closing():
+            files = self._held(self._files)
             for file in files.values():
                 file.handle.flush()
                 os.fsync(file.handle.fileno())
@@ -145,12 +146,6 @@ class ExampleExporter:
                 "files": sorted(str(file.path) for file in files.values()),
             }
             write_atomically(self.summary_dir / SUMMARY_FILE, orjson.dumps(summary))
-        self._files = None
-
-    def _open_files(self) -> dict[int | None, _EventFile]:
-        if self._files is None:
-            raise RuntimeError("the exporter is not open (open() not called, closed, or failed)")
-        return self._files
 
     def _new_file(self, rank: int | None) -> _EventFile:
         """A new event file in the rank's folder, named as TensorBoard names its own; it is
@@ -160,7 +155,7 @@ class ExampleExporter:
         now = time.time_ns()
         path = folder / f"events.out.tfevents.{now // 10**9}.{_HOST}.{os.getpid()}.{now}"
         handle = open(path, "xb", buffering=BUFFER_BYTES)  # noqa: SIM115
-        file = self._open_files()[rank] = _EventFile(path, handle)
+        file = self._held(self._files)[rank] = _EventFile(path, handle)
         handle.write(file_version_event(now / 1e9))
         return file
 
