@@ -422,3 +422,29 @@ def test_the_parts_are_linted_in_place_with_a_baked_projects_ruff_settings(
     requires = read_toml(project / "pyproject.toml")["project"]["requires-python"]
     assert requires == ">=3.10"
     assert parts["target-version"] == "py310"
+
+
+SUITE_HOOKS = {"SKIP_CHECKS", "expected_export", "broken_context", "break_sink", "MAX_EXAMPLES"}
+"""What a sink's ``sink_support.py`` may define for the rendered ``tests/test_conformance.py``."""
+
+
+@pytest.mark.parametrize("kind", SINKS)
+def test_each_sink_declares_the_suite_hooks_its_sink_support_defines(kind: str) -> None:
+    """``tests/test_conformance.py`` is rendered from ``suite_hooks`` in ``sink.jinja``
+    (no ``hasattr`` at run time), so that list must be what ``sink_support.py`` defines."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_TEMPLATE))
+    declared = env.get_template(f"_parts/sinks/{kind}/sink.jinja").module.suite_hooks  # type: ignore[attr-defined]
+    support = PARTS / "sinks" / kind / "tests" / "sink_support.py"
+    tree = ast.parse(support.read_text("utf-8"))
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defined |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    assert "read_export" in defined
+    assert set(declared) == defined & SUITE_HOOKS
+    assert ("break_sink" in declared) == ("broken_context" in declared)
+    assert ("SKIP_CHECKS" in declared) == ("expected_export" in declared)
