@@ -8,6 +8,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import sys
 from importlib.metadata import packages_distributions
 from pathlib import Path
@@ -19,8 +20,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from template_helpers import (
     DEFAULT_PACKAGE,
+    DEFAULT_SINK,
     PARTS,
     ROOT,
+    TEMPLATE,
     files_of,
     project_env,
     read_toml,
@@ -300,10 +303,19 @@ def break_sink(context: ExporterContext) -> None:
 
 @pytest.mark.sink_independent
 def test_the_sinks_own_hooks_replace_the_suites_defaults(tmp_path: Path) -> None:
-    """``break_sink``/``broken_context`` in ``tests/sink_support.py`` reach the suite."""
-    project = bake(tmp_path / "out")
-    support = project / "tests" / "sink_support.py"
+    """``break_sink``/``broken_context`` in a sink's ``sink_support.py``, named in its
+    ``suite_hooks``, reach the suite (the rendered ``tests/test_conformance.py``)."""
+    template = tmp_path / "template"
+    shutil.copytree(TEMPLATE, template, ignore=shutil.ignore_patterns("__pycache__"))
+    folder = template / "{{cookiecutter.project_slug}}" / "_parts" / "sinks" / DEFAULT_SINK
+    support = folder / "tests" / "sink_support.py"
     support.write_text(support.read_text("utf-8") + HOOKS, "utf-8")
+    meta = folder / "sink.jinja"
+    declared = '{%- set suite_hooks = ["broken_context", "break_sink"] -%}'
+    meta.write_text(
+        re.sub(r"\{%- set suite_hooks = .*", declared, meta.read_text("utf-8")), "utf-8"
+    )
+    project = bake(tmp_path / "out", template=template)
     log = tmp_path / "hooks.log"
     result = run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-k", "failure_behaviour"],

@@ -40,7 +40,7 @@ def _add_sink(template: Path) -> None:
     config_file = template / "cookiecutter.json"
     config = json.loads(config_file.read_text("utf-8"))
     config["sink"].append(KIND)
-    config["_sink_layers"][KIND] = ["core", "files"]
+    config["_sink_layers"][KIND] = ["core", "lifecycle", "files"]
     config_file.write_text(json.dumps(config, indent=2) + "\n", "utf-8")
 
 
