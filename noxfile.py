@@ -181,7 +181,7 @@ def lint(session: nox.Session) -> None:
     session.install("ruff==0.17.6", "cookiecutter>=2.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    _ruff_saw_every_file(session, [TEMPLATE_PARTS], TEMPLATE_PARTS, ["--no-cache"])
+    _ruff_saw_every_file(session, [TEMPLATE_PARTS], TEMPLATE_PARTS, ["--no-cache"], "_parts")
     session.run("ruff", "check", "--no-cache", str(TEMPLATE_PARTS))
     session.run("ruff", "format", "--check", "--no-cache", str(TEMPLATE_PARTS))
     for sink in TEMPLATE_SINKS:
@@ -190,15 +190,16 @@ def lint(session: nox.Session) -> None:
 
 
 def _ruff_saw_every_file(
-    session: nox.Session, paths: list[Path], folder: Path, options: list[str]
+    session: nox.Session, paths: list[Path], folder: Path, options: list[str], label: str
 ) -> None:
     """Fail unless ruff, given ``paths``, reads every ``.py`` file under ``folder``."""
     listed = session.run("ruff", "check", *options, "--show-files", *map(str, paths), silent=True)
-    seen = {Path(line).resolve() for line in str(listed).split("\n") if line.strip()}
+    names = [line.strip() for line in str(listed).split("\n")]
+    seen = {Path(name).resolve() for name in names if name.endswith(".py")}
     expected = {p.resolve() for p in folder.rglob("*.py") if "__pycache__" not in p.parts}
     if not expected or seen != expected:
         session.error(f"ruff skipped {sorted(map(str, expected - seen))} of {folder}")
-    session.log(f"ruff: {len(seen)} files of {folder.name}")
+    session.log(f"ruff: {len(seen)} files of {label}")
 
 
 def _lint_baked(session: nox.Session, project: Path) -> None:
@@ -208,7 +209,7 @@ def _lint_baked(session: nox.Session, project: Path) -> None:
     """
     paths = [project / name for name in ("src", "tests", "noxfile.py")]
     options = ["--no-cache", "--no-respect-gitignore"]
-    _ruff_saw_every_file(session, paths, project, options)
+    _ruff_saw_every_file(session, paths, project, options, f"the {project.parent.name} sink")
     session.run("ruff", "check", *options, *map(str, paths))
     session.run("ruff", "format", "--check", *options, *map(str, paths))
 
