@@ -91,6 +91,8 @@ TEMPLATE_NAMES = frozenset(
         "TIMESTAMPS", "VALUES", "KEY_ESCAPE", "ScriptedPeer",
         # the lifecycle every exporter shares (_lifecycle.py)
         "Lifecycle", "State",
+        # the shared test helpers (tests/exporter_calls.py)
+        "RECORD_LEVEL_CHECKS",
         # the network sinks' delivery layer (_delivery.py) and its tests
         "Backoff", "BACKOFF", "Flaky", "UNAVAILABLE",
         # the HTTP sinks' shared transport and exporter lifecycle (_http.py, _http_exporter.py),

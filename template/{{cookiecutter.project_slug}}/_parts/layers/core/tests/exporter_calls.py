@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -14,8 +15,9 @@ import pytest
 import sink_support
 from traceml_exporter_sdk import ExporterContext, ExportRecord
 from traceml_exporter_sdk.testing import expected_by_stream
+from traceml_exporter_sdk.testing.fault_proxy import unused_port
 
-from traceml_exporter_example.exporter import make_exporter
+from traceml_exporter_example.exporter import ExampleExporter, make_exporter
 
 
 def run(
@@ -150,3 +152,41 @@ def only_variables(prefix: str, values: Mapping[str, str]) -> Iterator[None]:
     finally:
         clear()
         os.environ.update(saved)
+
+
+RECORD_LEVEL_CHECKS = (
+    "every_record_once",
+    "per_stream_order",
+    "duplicates_kept",
+    "values_equal_to_dict",
+    "hostname_dropped_by_default",
+    "hostname_kept_when_enabled",
+)
+"""The suite's checks that compare records one by one: a sink that keeps aggregates
+(series, metric points) names them in its ``SKIP_CHECKS``, with its reason."""
+
+
+def closed_port_url(path: str) -> str:
+    """A URL of ``path`` on 127.0.0.1 where nothing listens (a peer that is down)."""
+    return f"http://127.0.0.1:{unused_port()}{path}"
+
+
+def open_with(
+    context: ExporterContext, records: Sequence[ExportRecord], *, flush: bool = False
+) -> ExampleExporter:
+    """A new exporter on ``context``, opened, ``records`` written (and flushed); still open."""
+    exporter = make_exporter(context)
+    exporter.open()
+    exporter.write(records)
+    if flush:
+        exporter.flush()
+    return exporter
+
+
+def disk_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on every ``os.fsync`` fails as on a full disk (ENOSPC)."""
+
+    def fsync(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fsync)

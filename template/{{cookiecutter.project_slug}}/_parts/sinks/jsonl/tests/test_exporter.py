@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from exporter_calls import (
     StrayRecord,
+    disk_full,
     fsyncs,
     is_permanent,
     open_under,
+    open_with,
     refusal,
     run,
     written,
@@ -65,10 +66,7 @@ def test_flush_fsyncs_every_file(
     context: ExporterContext, records: list[ExportRecord], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced = fsyncs(monkeypatch)
-    exporter = make_exporter(context)
-    exporter.open()
-    exporter.write(records)
-    exporter.flush()
+    exporter = open_with(context, records, flush=True)
     assert len(synced) == len(context.streams)
     exporter.close()
 
@@ -118,15 +116,10 @@ def test_a_failure_closes_every_file(
     context: ExporterContext, records: list[ExportRecord], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """TraceML never calls an exporter again after a failure, not even close."""
-    exporter = make_exporter(context)
-    exporter.open()
-    exporter.write(records)
+    exporter = open_with(context, records)
     assert open_under(context.export_dir)
 
-    def broken_fsync(_fd: int) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, "fsync", broken_fsync)
+    disk_full(monkeypatch)
     with pytest.raises(OSError, match="No space") as raised:
         exporter.flush()
     assert not is_permanent(raised.value)  # space may be freed: the follower waits

@@ -26,6 +26,7 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+from exporter_calls import RECORD_LEVEL_CHECKS
 from mlflow_server import MlflowServer, MlflowUnavailableError, free_port, require_mlflow
 from traceml_exporter_sdk import ExporterContext, ExportRecord
 from traceml_exporter_sdk.testing import ReadBackNotImplementedError
@@ -50,17 +51,9 @@ __all__ = [
     "summary_steps",
 ]
 
-_RECORD_LEVEL = (
-    "every_record_once",
-    "per_stream_order",
-    "duplicates_kept",
-    "values_equal_to_dict",
-    "hostname_dropped_by_default",
-    "hostname_kept_when_enabled",
-)
 SKIP_CHECKS = {
     **dict.fromkeys(
-        _RECORD_LEVEL,
+        RECORD_LEVEL_CHECKS,
         (
             "MLflow keeps metric points and tags, not records "
             "(stdout_stderr is not exported, an identical point is stored once); "

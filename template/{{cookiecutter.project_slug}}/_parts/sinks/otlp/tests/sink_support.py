@@ -22,10 +22,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
-from exporter_calls import only_variables
+from exporter_calls import closed_port_url, only_variables
 from traceml_exporter_sdk import ExporterContext
 from traceml_exporter_sdk.records import RECORD_TYPE_BY_STREAM
-from traceml_exporter_sdk.testing.fault_proxy import unused_port
 from traceml_exporter_sdk.testing.otlp_receiver import Fault, OtlpReceiver
 
 from traceml_exporter_example._contract import run_key
@@ -36,7 +35,6 @@ __all__ = [
     "ENDPOINT_VARIABLE",
     "break_sink",
     "broken_context",
-    "closed_port_endpoint",
     "otlp_peer",
     "peer",
     "read_export",
@@ -67,14 +65,9 @@ def otlp_peer() -> Iterator[OtlpReceiver]:
         receiver.reset()
 
 
-def closed_port_endpoint() -> str:
-    """A logs URL on 127.0.0.1 where nothing listens."""
-    return f"http://127.0.0.1:{unused_port()}/v1/logs"
-
-
 def broken_context(context: ExporterContext) -> ExporterContext:
     """The same context, with the endpoint pointed at a closed port (until the test ends)."""
-    os.environ[ENDPOINT_VARIABLE] = closed_port_endpoint()
+    os.environ[ENDPOINT_VARIABLE] = closed_port_url("/v1/logs")
     return context
 
 

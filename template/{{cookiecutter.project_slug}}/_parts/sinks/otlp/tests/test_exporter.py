@@ -21,10 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exporter_calls import is_permanent, one_folder_named_two_ways, run, written
+from exporter_calls import (
+    closed_port_url,
+    is_permanent,
+    one_folder_named_two_ways,
+    run,
+    written,
+)
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
-from sink_support import ENDPOINT_VARIABLE, closed_port_endpoint, read_export
+from sink_support import ENDPOINT_VARIABLE, read_export
 from traceml_exporter_sdk import (
     ExporterContext,
     ExportRecord,
@@ -497,7 +503,7 @@ def test_open_and_close_note_the_run_in_the_receipt(
 
 @pytest.mark.usefixtures("deadline_1s")
 def test_open_against_a_closed_port_fails_within_the_deadline(context: ExporterContext) -> None:
-    os.environ[ENDPOINT_VARIABLE] = closed_port_endpoint()
+    os.environ[ENDPOINT_VARIABLE] = closed_port_url("/v1/logs")
     start = time.monotonic()
     with pytest.raises(OtlpExportError, match=r"Connection refused|NewConnectionError") as raised:
         exporter_for(context).open()

@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from exporter_calls import is_permanent, one_folder_named_two_ways, run, written
+from exporter_calls import is_permanent, one_folder_named_two_ways, open_with, run, written
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
@@ -663,10 +663,7 @@ def test_close_ends_the_database_session(
     context: ExporterContext, schema: str, records: list[ExportRecord], postgres: Database
 ) -> None:
     del schema
-    exporter = make_exporter(context)
-    exporter.open()
-    exporter.write(records)
-    exporter.flush()
+    exporter = open_with(context, records, flush=True)
     assert len(exporter_backends(postgres)) == 1
     exporter.close()
     assert exporter_backends(postgres) == []  # the suite checks threads and fds

@@ -25,9 +25,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from exporter_calls import only_variables
+from exporter_calls import RECORD_LEVEL_CHECKS, closed_port_url, only_variables
 from traceml_exporter_sdk import ExporterContext, ExportRecord
-from traceml_exporter_sdk.testing.fault_proxy import unused_port
 from traceml_exporter_sdk.testing.prometheus_server import (
     MetricsServer,
     MetricsServerUnavailableError,
@@ -45,7 +44,6 @@ __all__ = [
     "SKIP_CHECKS",
     "break_sink",
     "broken_context",
-    "closed_port_url",
     "expected_export",
     "metrics_server",
     "prometheus_peer",
@@ -60,20 +58,8 @@ _NO_ROWS = (
     "rows cannot be read back from an aggregate (a metrics store keeps series, not "
     "records); test_conformance.py's round trips prove the aggregates instead"
 )
-SKIP_CHECKS = dict.fromkeys(
-    (
-        "every_record_once",
-        "per_stream_order",
-        "duplicates_kept",
-        "values_equal_to_dict",
-        "hostname_dropped_by_default",
-        "hostname_kept_when_enabled",
-    ),
-    _NO_ROWS,
-)
+SKIP_CHECKS = dict.fromkeys(RECORD_LEVEL_CHECKS, _NO_ROWS)
 """The suite's row-level data-fidelity checks, skipped by name with the reason."""
-READS_ROWS = False
-"""test_conformance.py gives the suite no read_back: what this sink keeps is not rows."""
 
 _SERVERS: dict[str, MetricsServer] = {}
 _STACKS: list[Any] = []
@@ -120,14 +106,9 @@ def prometheus_peer() -> Iterator[MetricsServer]:
                 started.start()
 
 
-def closed_port_url() -> str:
-    """A write URL on 127.0.0.1 where nothing listens."""
-    return f"http://127.0.0.1:{unused_port()}/api/v1/write"
-
-
 def broken_context(context: ExporterContext) -> ExporterContext:
     """The same context, with the URL pointed at a closed port (until the test ends)."""
-    os.environ[ENDPOINT_VARIABLE] = closed_port_url()
+    os.environ[ENDPOINT_VARIABLE] = closed_port_url("/api/v1/write")
     return context
 
 

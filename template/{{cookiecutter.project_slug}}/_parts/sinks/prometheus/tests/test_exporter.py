@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exporter_calls import is_permanent, one_folder_named_two_ways, run
+from exporter_calls import closed_port_url, is_permanent, one_folder_named_two_ways, run
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from sink_support import (
     ENDPOINT_VARIABLE,
-    closed_port_url,
     expected_values,
     instances,
     metrics_server,
@@ -561,7 +560,7 @@ def test_victoria_metrics_takes_the_same_replay(
 
 
 def test_open_against_a_closed_port_fails_within_the_deadline(context: ExporterContext) -> None:
-    os.environ[ENDPOINT_VARIABLE] = closed_port_url()
+    os.environ[ENDPOINT_VARIABLE] = closed_port_url("/api/v1/write")
     start = time.monotonic()
     with pytest.raises(
         PrometheusWriteError, match=r"Connection refused|NewConnectionError"

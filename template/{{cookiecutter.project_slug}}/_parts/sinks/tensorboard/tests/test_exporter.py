@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import struct
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exporter_calls import fsyncs, is_permanent, open_under, run, written
+from exporter_calls import disk_full, fsyncs, is_permanent, open_under, open_with, run, written
 from hypothesis import HealthCheck, given, settings
 from sink_support import accumulator, log_root, scalars_of
 from tensorboard.compat.proto import event_pb2, summary_pb2
@@ -231,10 +230,7 @@ def test_flush_reaches_readers_and_close_fsyncs(
     context: ExporterContext, records: list[ExportRecord], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced = fsyncs(monkeypatch)
-    exporter = make_exporter(context)
-    exporter.open()
-    exporter.write(records)
-    exporter.flush()
+    exporter = open_with(context, records, flush=True)
     assert written(context) == expected_by_stream(records), "flushed events are readable"
     assert synced == []
     exporter.close()
@@ -245,15 +241,10 @@ def test_a_failure_closes_every_file(
     context: ExporterContext, records: list[ExportRecord], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """TraceML never calls an exporter again after a failure, not even close."""
-    exporter = make_exporter(context)
-    exporter.open()
-    exporter.write(records)
+    exporter = open_with(context, records)
     assert len(open_under(context.export_dir)) == 2
 
-    def broken_fsync(_fd: int) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, "fsync", broken_fsync)
+    disk_full(monkeypatch)
     with pytest.raises(OSError, match="No space") as raised:
         exporter.close()
     assert not is_permanent(raised.value)  # nothing this sink raises is permanent
