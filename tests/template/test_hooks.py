@@ -448,3 +448,26 @@ def test_each_sink_declares_the_suite_hooks_its_sink_support_defines(kind: str) 
     assert set(declared) == defined & SUITE_HOOKS
     assert ("break_sink" in declared) == ("broken_context" in declared)
     assert ("SKIP_CHECKS" in declared) == ("expected_export" in declared)
+
+
+def test_every_exporter_is_a_lifecycle_and_only_it_keeps_the_state() -> None:
+    """The call-order guard, its messages and rule 6 are written once, in the lifecycle
+    layer: each sink's exporter class derives from ``Lifecycle`` (or ``HttpExporter``,
+    which does), and no other part keeps a ``_state`` or says "not open"."""
+    lifecycle = PARTS / "layers" / "lifecycle"
+    for sink in SINKS:
+        tree = ast.parse((PARTS / "sinks" / sink / "src" / "exporter.py").read_text("utf-8"))
+        (exporter,) = [
+            n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == DEFAULT_CLASS
+        ]
+        bases = {
+            (b.value if isinstance(b, ast.Subscript) else b).id  # HttpExporter[Settings]
+            for b in exporter.bases
+            if isinstance(b.value if isinstance(b, ast.Subscript) else b, ast.Name)
+        }
+        assert bases & {"Lifecycle", "HttpExporter"}, sink
+    for path in PARTS.rglob("*.py"):
+        if lifecycle in path.parents or "tests" in path.relative_to(PARTS).parts:
+            continue
+        text = path.read_text("utf-8")
+        assert not re.search(r"\b_state\b|not open|called on a", text), path
