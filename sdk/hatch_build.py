@@ -18,6 +18,8 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 ITEMS = ("template", "cookiecutter.json")
+CACHES = frozenset({"__pycache__", ".ruff_cache", ".mypy_cache", ".pytest_cache"})
+"""What tools leave beside the template's files (ruff reads its parts in place): not shipped."""
 
 
 class TemplateBuildHook(BuildHookInterface):  # type: ignore[type-arg]
@@ -40,7 +42,7 @@ class TemplateBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         for item, path in zip(ITEMS, sources, strict=True):
             files = sorted(path.rglob("*")) if path.is_dir() else [path]
             for file in files:
-                if file.is_dir() or "__pycache__" in file.parts or file.suffix == ".pyc":
+                if file.is_dir() or CACHES.intersection(file.parts) or file.suffix == ".pyc":
                     continue
                 relative = file.relative_to(path).as_posix() if path.is_dir() else ""
                 target = f"{prefix}/{item}/{relative}" if relative else f"{prefix}/{item}"

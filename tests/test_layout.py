@@ -169,7 +169,7 @@ def test_the_graph_reader_sees_relative_and_absolute_imports() -> None:
     graph = import_graph()
     assert f"{PACKAGE}.testing.keys" in graph[f"{PACKAGE}.testing.plugin"]
     assert f"{PACKAGE}.testing.conformance" in graph[f"{PACKAGE}.testing.plugin"]
-    assert f"{PACKAGE}.testing.checks.lifecycle" in graph[f"{PACKAGE}.testing.checks"]
+    assert f"{PACKAGE}.testing.configuration" in graph[f"{PACKAGE}.testing.conformance"]
     assert f"{PACKAGE}.factory" in graph[f"{PACKAGE}.worker"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
@@ -262,9 +262,9 @@ def test_every_template_path_is_one_a_windows_checkout_accepts() -> None:
 
 
 def test_the_template_partials_are_text_for_common_files_not_project_files() -> None:
-    """A sink's files are conditional names in the project tree; ``template/templates/``
-    holds only the text common files include (a sink's metadata and README section)."""
-    partials = SRC.parents[1] / "template" / "templates"
-    suffixes = [p.suffix for p in partials.rglob("*") if p.is_file()]
-    assert len(suffixes) >= 2, "the partials were not found"
-    assert set(suffixes) == {".jinja", ".md"}
+    """A sink's files are in its folder, ``_parts/sinks/<sink>/``; beside its ``src/`` and
+    ``tests/`` only the text common files include (its metadata and README section)."""
+    sinks = SRC.parents[1] / "template" / "{{cookiecutter.project_slug}}" / "_parts" / "sinks"
+    partials = [p for sink in sinks.iterdir() for p in sink.iterdir() if p.is_file()]
+    assert len(partials) >= 2, "the partials were not found"
+    assert {p.suffix for p in partials} == {".jinja", ".md"}

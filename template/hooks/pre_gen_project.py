@@ -89,6 +89,10 @@ TEMPLATE_NAMES = frozenset(
         "Fault", "FieldDescriptor", "HTTPConnection", "HTTPSConnection", "LOGS_PATH", "MAX_BUFFER_BYTES", "MAX_REQUEST_BYTES", "OtlpExportError", "OtlpReceiver",
         "OtlpSettings", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
         "TIMESTAMPS", "VALUES", "KEY_ESCAPE", "ScriptedPeer",
+        # the lifecycle every exporter shares (_lifecycle.py)
+        "Lifecycle", "State",
+        # the shared test helpers (tests/exporter_calls.py)
+        "RECORD_LEVEL_CHECKS",
         # the network sinks' delivery layer (_delivery.py) and its tests
         "Backoff", "BACKOFF", "Flaky", "UNAVAILABLE",
         # the HTTP sinks' shared transport and exporter lifecycle (_http.py, _http_exporter.py),

@@ -161,7 +161,7 @@ def test_new_from_the_wheel_in_a_fresh_venv(fresh_venv: Path, wheel: Path, tmp_p
     assert (project / "pyproject.toml").is_file()
     exporter = project / "src" / "traceml_exporter_demo" / "exporter.py"
     assert "sqlite3" in exporter.read_text()
-    assert not (project / "_sinks").exists()
+    assert not (project / "_parts").exists()
     # The template came from the installed wheel, not from this repository.
     where = subprocess.run(
         [

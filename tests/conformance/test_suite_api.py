@@ -46,6 +46,35 @@ def failures(recorder: pytest.HookRecorder) -> str:
 # -- ids and inheritance ---------------------------------------------------------------
 
 
+def test_the_groups_are_listed_once_and_each_is_a_module_and_a_test() -> None:
+    """``GROUP_RULES`` is the one list: each group is the module of ``checks`` of its name
+    (its checks, in suite order) and the test ``test_<group>`` with its rule as docstring;
+    a module or a test of no listed group would be a check that never runs."""
+    from traceml_exporter_sdk.testing import checks
+    from traceml_exporter_sdk.testing.registry import GROUP_RULES
+
+    assert tuple(GROUP_RULES) == GROUPS
+    folder = Path(checks.__file__).parent
+    modules = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+    assert modules == sorted(GROUPS)
+    assert [check.group for check in CHECKS] == sorted(
+        (check.group for check in CHECKS), key=GROUPS.index
+    )
+    tests = sorted(name for name in dir(ExporterConformance) if name.startswith("test_"))
+    assert tests == sorted(f"test_{group}" for group in GROUPS)
+    for group, rule in GROUP_RULES.items():
+        assert getattr(ExporterConformance, f"test_{group}").__doc__ == rule
+
+
+def test_the_suites_defaults_are_the_settings_defaults() -> None:
+    from dataclasses import fields
+
+    from traceml_exporter_sdk.testing.environment import Settings
+
+    for field in fields(Settings):
+        assert getattr(ExporterConformance, field.name) == field.default, field.name
+
+
 def test_every_check_is_collected_with_a_readable_id(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         f"""

@@ -19,7 +19,6 @@ otherwise; the basic-auth server the baked suite needs is still its own.
 
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.util
 import os
 from collections.abc import Iterator
@@ -28,15 +27,10 @@ from typing import Any
 
 import pytest
 from bake import bake
-from template_helpers import DEFAULT_SINK, SINKS, TEMPLATE
+from template_helpers import DEFAULT_SINK, PARTS, SINKS
 
 MLFLOW_PEER_ENV = "TRACEML_MLFLOW_PEER_URL"
-MLFLOW_SERVER_MODULE = (
-    TEMPLATE
-    / "{{cookiecutter.project_slug}}"
-    / "tests"
-    / "{% if cookiecutter.sink == 'mlflow' %}mlflow_server.py{% endif %}"
-)
+MLFLOW_SERVER_MODULE = PARTS / "sinks" / "mlflow" / "tests" / "mlflow_server.py"
 _MLFLOW_TRIED = pytest.StashKey[bool]()
 
 
@@ -106,9 +100,8 @@ def shared_mlflow_server(config: pytest.Config) -> None:
     if os.environ.get(MLFLOW_PEER_ENV) or config.stash.get(_MLFLOW_TRIED, False):
         return
     config.stash[_MLFLOW_TRIED] = True
-    name = "template_mlflow_server"  # its file name has no .py suffix: name the loader
-    loader = importlib.machinery.SourceFileLoader(name, str(MLFLOW_SERVER_MODULE))
-    spec = importlib.util.spec_from_file_location(name, MLFLOW_SERVER_MODULE, loader=loader)
+    name = "template_mlflow_server"
+    spec = importlib.util.spec_from_file_location(name, MLFLOW_SERVER_MODULE)
     assert spec is not None
     assert spec.loader is not None
     module: Any = importlib.util.module_from_spec(spec)

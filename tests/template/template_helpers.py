@@ -20,18 +20,27 @@ TEMPLATE_CONFIG: dict[str, Any] = json.loads((TEMPLATE / "cookiecutter.json").re
 SINKS: list[str] = list(TEMPLATE_CONFIG["sink"])
 DEFAULT_SINK = SINKS[0]
 PROJECT_TEMPLATE = TEMPLATE / "{{cookiecutter.project_slug}}"
-"""The project's files; a sink's own files have conditional names (see docs/template.md)."""
-PARTIALS_DIR = TEMPLATE / "templates" / "sinks"
-"""What a sink says inside common files: ``<sink>.jinja`` (its metadata) and ``<sink>.md``."""
+"""The project's common files (Jinja), and ``_parts/``, which the post-generation hook assembles."""
+PARTS = PROJECT_TEMPLATE / "_parts"
+"""``sinks/<sink>/`` and ``layers/<layer>/``: each a ``src/`` and a ``tests/`` of plain Python."""
+SINK_LAYERS: dict[str, list[str]] = TEMPLATE_CONFIG["_sink_layers"]
+"""The one table: sink -> the layers it uses (see docs/template.md)."""
 DEFAULT_SLUG = "traceml-exporter-example"
 DEFAULT_PACKAGE = "traceml_exporter_example"
+DEFAULT_CLASS = "ExampleExporter"
+
+
+def part_folders(sink: str) -> list[Path]:
+    """The sink's own folder, then its layers' folders, in the table's order."""
+    return [PARTS / "sinks" / sink, *(PARTS / "layers" / layer for layer in SINK_LAYERS[sink])]
 
 
 def template_sources(**answers: str) -> dict[str, Path]:
     """Baked path -> the template file it comes from, for ``answers`` (defaults otherwise).
 
-    Each path is rendered as cookiecutter renders it, and a file whose name renders
-    empty is left out, as cookiecutter leaves it out. Two files that render to one
+    Common files: each path is rendered as cookiecutter renders it, and a file whose name
+    renders empty (another license's) is left out. Parts: the sink's and its layers' ``src/``
+    and ``tests/``, placed as the post-generation hook places them. Two files that give one
     path fail the calling test: the later would silently overwrite the other.
     """
     import jinja2
@@ -41,16 +50,25 @@ def template_sources(**answers: str) -> dict[str, Path]:
     context.update(answers)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     sources: dict[str, Path] = {}
-    for path in sorted(PROJECT_TEMPLATE.rglob("*")):
-        if not path.is_file() or "__pycache__" in path.parts:
-            continue
-        rendered = env.from_string(path.relative_to(PROJECT_TEMPLATE).as_posix())
-        name = rendered.render(cookiecutter=context)
-        if name.endswith("/") or not name:
-            continue
+
+    def add(name: str, path: Path) -> None:
         if name in sources:
             pytest.fail(f"{path} and {sources[name]} both render to {name} for {answers}")
         sources[name] = path
+
+    for path in sorted(PROJECT_TEMPLATE.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts or PARTS in path.parents:
+            continue
+        rendered = env.from_string(path.relative_to(PROJECT_TEMPLATE).as_posix())
+        name = rendered.render(cookiecutter=context)
+        if not name.endswith("/") and name:
+            add(name, path)
+    places = {"src": f"src/{context['package_name']}", "tests": "tests"}
+    for folder in part_folders(context["sink"]):
+        for kind, place in places.items():
+            for path in sorted((folder / kind).rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    add(f"{place}/{path.relative_to(folder / kind).as_posix()}", path)
     return sources
 
 

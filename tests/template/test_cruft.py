@@ -58,10 +58,14 @@ def test_cruft_create_check_and_update(tmp_path: Path) -> None:
     assert (project / "tests" / "sink_support.py").is_file()
     assert run([tool("cruft"), "check"], cwd=project, env=env).returncode == 0
 
-    # A change to a sink's README section (a partial README.md includes) reaches the project too.
+    # A change to a sink's README section (a partial README.md includes) and to its module
+    # (which the post-generation hook places) reaches the project too.
     sink = state["context"]["cookiecutter"]["sink"]
-    readme = repo / "template" / "templates" / "sinks" / f"{sink}.md"
+    folder = repo / "template" / "{{cookiecutter.project_slug}}" / "_parts" / "sinks" / sink
+    readme = folder / "README.md"
     readme.write_text(readme.read_text("utf-8") + f"\n{IMPROVEMENT}\n", "utf-8")
+    module = folder / "src" / "exporter.py"
+    module.write_text(module.read_text("utf-8") + f"\n# {IMPROVEMENT}\n", "utf-8")
     git(["commit", "--quiet", "-am", "improve the sink's README section"], repo, env)
     assert run([tool("cruft"), "check"], cwd=project, env=env).returncode != 0
 
@@ -71,4 +75,7 @@ def test_cruft_create_check_and_update(tmp_path: Path) -> None:
     updated = run([tool("cruft"), "update", "--skip-apply-ask"], cwd=project, env=env)
     assert updated.returncode == 0, updated.stdout + updated.stderr
     assert IMPROVEMENT in (project / "README.md").read_text("utf-8")
+    package = project / "src" / DEFAULT_SLUG.replace("-", "_")
+    assert f"# {IMPROVEMENT}" in (package / "exporter.py").read_text("utf-8")
+    assert not (project / "_parts").exists()
     assert run([tool("cruft"), "check"], cwd=project, env=env).returncode == 0

@@ -8,6 +8,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import sys
 from importlib.metadata import packages_distributions
 from pathlib import Path
@@ -19,7 +20,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from template_helpers import (
     DEFAULT_PACKAGE,
+    DEFAULT_SINK,
+    PARTS,
     ROOT,
+    TEMPLATE,
     files_of,
     project_env,
     read_toml,
@@ -38,6 +42,7 @@ COMMON_FILES = [
     "pyproject.toml",
     f"src/{DEFAULT_PACKAGE}/__init__.py",
     f"src/{DEFAULT_PACKAGE}/_contract.py",
+    f"src/{DEFAULT_PACKAGE}/_lifecycle.py",
     f"src/{DEFAULT_PACKAGE}/exporter.py",
     f"src/{DEFAULT_PACKAGE}/py.typed",
     "tests/conftest.py",
@@ -52,7 +57,7 @@ SINK_FILES = [
     "tests/sink_support.py",
     "tests/test_exporter.py",
 ]
-"""Common names every sink bakes from a file of its own (a conditional name)."""
+"""Common names every sink bakes from a file of its own folder."""
 
 EXTRA_FILES = {
     "jsonl": [
@@ -129,25 +134,23 @@ EXTRA_FILES = {
         "tests/test_mlflow_faults.py",
     ],
 }
-"""Sink -> the files only it has (conditional file names in the project folder)."""
+"""Sink -> the files it has beyond the common ones (its own and its layers')."""
 
 
 def test_only_the_chosen_sink_is_kept(baked: Path, sink: str) -> None:
     assert files_of(baked) == sorted(COMMON_FILES + EXTRA_FILES.get(sink, []))
     sources = template_sources(sink=sink)
-    assert sorted(sources) == files_of(baked), "template_sources renders unlike cookiecutter"
+    assert sorted(sources) == files_of(baked), "template_sources places unlike the hook"
     own = {
         project_file: source
         for project_file, source in sources.items()
-        if "cookiecutter.sink" in source.name
+        if (PARTS / "sinks" / sink) in source.parents
     }
-    assert set(SINK_FILES) | set(EXTRA_FILES.get(sink, [])) == set(own)
-    for project_file, source in own.items():
-        baked_lines = (baked / project_file).read_text("utf-8").splitlines()
-        source_lines = source.read_text("utf-8").splitlines()
-        assert len(baked_lines) == len(source_lines), project_file
-        plain = [(i, line) for i, line in enumerate(source_lines) if "{" not in line]
-        assert all(baked_lines[i] == line for i, line in plain), f"{project_file} is not {sink}'s"
+    assert set(SINK_FILES) <= set(own)
+    # the parts are written with the default answers, so a default bake holds them verbatim
+    for project_file, source in sources.items():
+        if PARTS in source.parents:
+            assert (baked / project_file).read_bytes() == source.read_bytes(), project_file
 
 
 @pytest.mark.sink_independent
@@ -300,10 +303,19 @@ def break_sink(context: ExporterContext) -> None:
 
 @pytest.mark.sink_independent
 def test_the_sinks_own_hooks_replace_the_suites_defaults(tmp_path: Path) -> None:
-    """``break_sink``/``broken_context`` in ``tests/sink_support.py`` reach the suite."""
-    project = bake(tmp_path / "out")
-    support = project / "tests" / "sink_support.py"
+    """``break_sink``/``broken_context`` in a sink's ``sink_support.py``, named in its
+    ``suite_hooks``, reach the suite (the rendered ``tests/test_conformance.py``)."""
+    template = tmp_path / "template"
+    shutil.copytree(TEMPLATE, template, ignore=shutil.ignore_patterns("__pycache__"))
+    folder = template / "{{cookiecutter.project_slug}}" / "_parts" / "sinks" / DEFAULT_SINK
+    support = folder / "tests" / "sink_support.py"
     support.write_text(support.read_text("utf-8") + HOOKS, "utf-8")
+    meta = folder / "sink.jinja"
+    declared = '{%- set suite_hooks = ["broken_context", "break_sink"] -%}'
+    meta.write_text(
+        re.sub(r"\{%- set suite_hooks = .*", declared, meta.read_text("utf-8")), "utf-8"
+    )
+    project = bake(tmp_path / "out", template=template)
     log = tmp_path / "hooks.log"
     result = run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-k", "failure_behaviour"],

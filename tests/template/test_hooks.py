@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,16 +13,19 @@ import pytest
 from bake import bake
 from cookiecutter.exceptions import FailedHookException
 from template_helpers import (
+    DEFAULT_CLASS,
     DEFAULT_PACKAGE,
     DEFAULT_SLUG,
-    PARTIALS_DIR,
+    PARTS,
     PROJECT_TEMPLATE,
     ROOT,
+    SINK_LAYERS,
     SINKS,
     TEMPLATE,
     TEMPLATE_CONFIG,
     cookiecutter,
     files_of,
+    read_toml,
     template_sources,
 )
 
@@ -132,59 +137,90 @@ def test_interactive_from_the_repository_root(tmp_path: Path) -> None:
     assert (output / DEFAULT_SLUG / "src" / DEFAULT_PACKAGE / "exporter.py").is_file()
 
 
-PARTIAL = re.compile(r'"sinks/" ~ cookiecutter\.sink ~ "(\.[a-z]+)"')
-"""How a common file names the chosen sink's partial in template/templates/sinks/."""
-SINK_CONDITION = re.compile(r"\{% if cookiecutter\.sink (?:== '(\w+)'|in \[([^\]]*)\]) %\}")
-"""A conditional name's test of the sink: ``== 'postgres'`` or ``in ['otlp', 'mlflow']``."""
+PARTIAL = re.compile(r'"_parts/sinks/" ~ cookiecutter\.sink ~ "/([\w.]+)"')
+"""How a common file names the chosen sink's partial in its folder, ``_parts/sinks/<sink>/``."""
+SINK_FILES = {"src/exporter.py", "tests/sink_support.py", "tests/test_exporter.py"}
+"""What every sink's folder holds beside its partials (``sink.jinja``, ``README.md``)."""
+
+
+def test_the_table_lists_every_sink_folder_and_layer_folder_once() -> None:
+    """``_sink_layers`` has a row per choice of ``sink`` (in its order), every sink and every
+    layer it names has a folder, and every folder is used: a part no row names would be
+    dropped silently."""
+    assert list(SINK_LAYERS) == SINKS
+    assert sorted(p.name for p in (PARTS / "sinks").iterdir()) == sorted(SINKS)
+    named = {layer for layers in SINK_LAYERS.values() for layer in layers}
+    assert sorted(p.name for p in (PARTS / "layers").iterdir()) == sorted(named)
+    for sink, layers in SINK_LAYERS.items():
+        assert len(set(layers)) == len(layers), sink
+    for folder in (PARTS / "layers").iterdir():
+        assert {p.name for p in folder.iterdir()} <= {"src", "tests"}, folder
 
 
 def test_every_sink_has_its_own_files_and_partials_and_each_is_used() -> None:
-    """Each sink of ``cookiecutter.json`` bakes the common sink file names from files of its
-    own and has both partials; a file of a sink not listed, or a partial no common file
-    includes, would be dropped silently."""
+    """Each sink's folder has the files every sink has and both partials, which the common
+    files include; nothing else sits beside ``src/`` and ``tests/``."""
     used = {
-        suffix
+        name
         for path in PROJECT_TEMPLATE.rglob("*")
-        if path.is_file()
-        for suffix in PARTIAL.findall(path.read_text("utf-8"))
+        if path.is_file() and PARTS not in path.parents
+        for name in PARTIAL.findall(path.read_text("utf-8"))
     }
-    assert used == {".jinja", ".md"}
-    partials = sorted(p.name for p in PARTIALS_DIR.iterdir())
-    assert partials == sorted(sink + suffix for sink in SINKS for suffix in used)
-    conditional = [p.name for p in PROJECT_TEMPLATE.rglob("*") if "cookiecutter.sink" in p.name]
-    assert [name for name in conditional if not SINK_CONDITION.search(name)] == []
-    named = set()
-    for name in conditional:
-        for one, several in SINK_CONDITION.findall(name):
-            named |= {one} if one else set(re.findall(r"'(\w+)'", several))
-    assert named == set(SINKS)
-    common = {
-        f"src/{DEFAULT_PACKAGE}/exporter.py",
-        "tests/sink_support.py",
-        "tests/test_exporter.py",
-    }
+    assert used == {"sink.jinja", "README.md"}
     for sink in SINKS:
-        own = {
-            name
-            for name, source in template_sources(sink=sink).items()
-            if "cookiecutter.sink" in source.name
-        }
-        assert common <= own, sink
+        folder = PARTS / "sinks" / sink
+        assert {p.name for p in folder.iterdir()} == used | {"src", "tests"}, sink
+        files = {p.relative_to(folder).as_posix() for p in folder.rglob("*.py")}
+        assert files >= SINK_FILES, sink
 
 
 @pytest.mark.parametrize("license", TEMPLATE_CONFIG["license"])
 def test_every_answer_bakes_each_path_from_one_file(license: str) -> None:
-    """Of the files that render to one name (a sink's exporter.py, a license's LICENSE)
-    exactly one is kept for any answers; ``template_sources`` fails on two."""
+    """Of the files that give one name (a license's LICENSE, a part's module) exactly one is
+    kept for any answers; ``template_sources`` fails on two."""
     for sink in SINKS:
         sources = template_sources(sink=sink, license=license)
         assert f"'{license}'" in sources["LICENSE"].name
-        assert f"'{sink}'" in sources["tests/test_exporter.py"].name
+        assert (PARTS / "sinks" / sink) in sources["tests/test_exporter.py"].parents
 
 
-def test_there_is_no_post_generation_hook() -> None:
-    """Files are chosen by their rendered names and by includes, never moved afterwards."""
-    assert sorted(p.name for p in (TEMPLATE / "hooks").iterdir()) == ["pre_gen_project.py"]
+def test_the_parts_are_plain_python_written_with_the_default_names() -> None:
+    """No template syntax in a part (cookiecutter copies ``_parts`` unrendered); the package,
+    class and distribution names are the default answers', which the hook replaces."""
+    assert TEMPLATE_CONFIG["_copy_without_render"] == ["_parts"]
+    files = [p for p in PARTS.rglob("*.py") if "__pycache__" not in p.parts]
+    assert len(files) > 50
+    for path in files:
+        text = path.read_text("utf-8")
+        assert "cookiecutter" not in text, path
+        ast.parse(text, str(path))
+    assert "traceml_exporter_" + TEMPLATE_CONFIG["project_name"] == DEFAULT_PACKAGE
+    assert TEMPLATE_CONFIG["project_name"].title() + "Exporter" == DEFAULT_CLASS
+    hook = (TEMPLATE / "hooks" / "post_gen_project.py").read_text("utf-8")
+    assert all(f'"{name}"' in hook for name in (DEFAULT_SLUG, DEFAULT_PACKAGE, DEFAULT_CLASS))
+
+
+def test_the_hooks_are_a_pre_and_a_post_generation_hook() -> None:
+    """Names are refused before anything is written; the project is assembled after."""
+    names = sorted(p.name for p in (TEMPLATE / "hooks").iterdir() if p.is_file())
+    assert names == ["post_gen_project.py", "pre_gen_project.py"]
+
+
+def test_a_table_row_without_its_folder_fails_with_one_message(tmp_path: Path) -> None:
+    """The hook names what is missing, exits 1, and cookiecutter leaves nothing behind."""
+    template = tmp_path / "template"
+    shutil.copytree(TEMPLATE, template, ignore=shutil.ignore_patterns("__pycache__"))
+    config = json.loads((template / "cookiecutter.json").read_text("utf-8"))
+    config["_sink_layers"]["jsonl"].append("nosuchlayer")
+    (template / "cookiecutter.json").write_text(json.dumps(config), "utf-8")
+    output = tmp_path / "out"
+    result = cookiecutter(output, template=template)
+    assert result.returncode == 1
+    assert (
+        "ERROR: cannot assemble the exporter project: the template has no layers/nosuchlayer "
+        "under _parts/." in result.stderr
+    )
+    assert not output.exists() or not any(output.iterdir())
 
 
 def test_rebaking_over_an_existing_project_with_overwrite(tmp_path: Path) -> None:
@@ -205,12 +241,12 @@ def test_rebaking_over_an_existing_project_with_overwrite(tmp_path: Path) -> Non
     assert "Second" in (first / "pyproject.toml").read_text(encoding="utf-8")
     assert (first / "LICENSE").read_text(encoding="utf-8").startswith("BSD 3-Clause")
     fresh = bake(tmp_path / "fresh", author_name="Second", sink=SINKS[-1], license="BSD-3-Clause")
-    # every sink bakes the common names; a sink's own extra modules (otlp's) are added
+    # every sink bakes the common names; a sink's own extra modules (mlflow's) are added
     assert files_of(first) == sorted(set(files) | set(files_of(fresh)))
     for name in files_of(fresh):
         assert (first / name).read_bytes() == (fresh / name).read_bytes(), name
     assert (first / "src" / DEFAULT_PACKAGE / "exporter.py").is_file()
-    assert not (first / "_sinks").exists()
+    assert not (first / "_parts").exists()
 
 
 # -- answers rendered unescaped, and names that bake a broken project (issue 9) -----
@@ -322,16 +358,14 @@ def _hook() -> dict[str, Any]:
 
 
 def _template_python() -> list[ast.Module]:
-    """Every Python file of the template, parsed with its Jinja placeholders filled in."""
+    """Every Python file of the template's project, the common ones with their Jinja filled in."""
     trees = []
-    # a sink's own files have conditional names: "{% if ... %}exporter.py{% endif %}"
-    names = {p: re.sub(r"\{%.*?%\}", "", p.name) for p in PROJECT_TEMPLATE.rglob("*")}
-    paths = [path for path, name in names.items() if name.endswith(".py")]
-    assert sum(name == "exporter.py" for name in names.values()) == len(SINKS), "one per sink"
+    paths = [p for p in PROJECT_TEMPLATE.rglob("*.py") if "__pycache__" not in p.parts]
+    assert sum(p.name == "exporter.py" for p in paths) == len(SINKS), "one per sink"
     for path in paths:
         text = re.sub(r"\{([%#]).*?\1\}", "", path.read_text(encoding="utf-8"), flags=re.S)
-        text = text.replace("{{ cookiecutter.exporter_class }}", "ZzExporter")
-        text = text.replace("{{ cookiecutter.package_name }}", "zz_package")
+        text = text.replace("{{ cookiecutter.exporter_class }}", DEFAULT_CLASS)
+        text = text.replace("{{ cookiecutter.package_name }}", DEFAULT_PACKAGE)
         text = re.sub(r"\{\{.*?\}\}", "x", text)
         trees.append(ast.parse(text, str(path)))
     return trees
@@ -347,7 +381,7 @@ def test_every_module_the_template_imports_is_refused_as_the_package_name() -> N
                 imported |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 imported.add(node.module.split(".")[0])
-    imported.discard("zz_package")
+    imported.discard(DEFAULT_PACKAGE)
     assert imported
     allowed = sorted(name for name in imported if hook["package_problem"](name) is None)
     assert allowed == [], "add these to DEPENDENCY_MODULES in the pre-generation hook"
@@ -366,7 +400,74 @@ def test_every_name_the_template_binds_is_refused_as_the_exporter_class() -> Non
             elif isinstance(node, ast.Assign | ast.AnnAssign):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 bound |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    bound -= {"ZzExporter", "TestZzExporter"}
+    bound -= {DEFAULT_CLASS, f"Test{DEFAULT_CLASS}"}
     assert "make_exporter" in bound
     allowed = sorted(name for name in bound if hook["class_problem"](name) is None)
     assert allowed == [], "add these to TEMPLATE_NAMES in the pre-generation hook"
+
+
+def test_the_parts_are_linted_in_place_with_a_baked_projects_ruff_settings(
+    tmp_path: Path,
+) -> None:
+    """``_parts/ruff.toml`` (what ruff reads in place) says what the bake's pyproject says."""
+    project = bake(tmp_path / "out")
+    baked = read_toml(project / "pyproject.toml")["tool"]["ruff"]
+    parts = read_toml(PARTS / "ruff.toml")
+    assert parts["line-length"] == baked["line-length"]
+    assert parts["lint"]["extend-select"] == baked["lint"]["extend-select"]
+    assert parts["lint"]["ignore"] == baked["lint"]["ignore"]
+    ignores = {f"**/{k}": v for k, v in baked["lint"]["per-file-ignores"].items()}
+    assert parts["lint"]["per-file-ignores"] == ignores
+    assert parts["lint"]["isort"]["known-first-party"] == [DEFAULT_PACKAGE]
+    requires = read_toml(project / "pyproject.toml")["project"]["requires-python"]
+    assert requires == ">=3.10"
+    assert parts["target-version"] == "py310"
+
+
+SUITE_HOOKS = {"SKIP_CHECKS", "expected_export", "broken_context", "break_sink", "MAX_EXAMPLES"}
+"""What a sink's ``sink_support.py`` may define for the rendered ``tests/test_conformance.py``."""
+
+
+@pytest.mark.parametrize("kind", SINKS)
+def test_each_sink_declares_the_suite_hooks_its_sink_support_defines(kind: str) -> None:
+    """``tests/test_conformance.py`` is rendered from ``suite_hooks`` in ``sink.jinja``
+    (no ``hasattr`` at run time), so that list must be what ``sink_support.py`` defines."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_TEMPLATE))
+    declared = env.get_template(f"_parts/sinks/{kind}/sink.jinja").module.suite_hooks  # type: ignore[attr-defined]
+    support = PARTS / "sinks" / kind / "tests" / "sink_support.py"
+    tree = ast.parse(support.read_text("utf-8"))
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defined |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    assert "read_export" in defined
+    assert set(declared) == defined & SUITE_HOOKS
+    assert ("break_sink" in declared) == ("broken_context" in declared)
+    assert ("SKIP_CHECKS" in declared) == ("expected_export" in declared)
+
+
+def test_every_exporter_is_a_lifecycle_and_only_it_keeps_the_state() -> None:
+    """The call-order guard, its messages and rule 6 are written once, in the lifecycle
+    layer: each sink's exporter class derives from ``Lifecycle`` (or ``HttpExporter``,
+    which does), and no other part keeps a ``_state`` or says "not open"."""
+    lifecycle = PARTS / "layers" / "lifecycle"
+    for sink in SINKS:
+        tree = ast.parse((PARTS / "sinks" / sink / "src" / "exporter.py").read_text("utf-8"))
+        (exporter,) = [
+            n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == DEFAULT_CLASS
+        ]
+        bases = {
+            (b.value if isinstance(b, ast.Subscript) else b).id  # HttpExporter[Settings]
+            for b in exporter.bases
+            if isinstance(b.value if isinstance(b, ast.Subscript) else b, ast.Name)
+        }
+        assert bases & {"Lifecycle", "HttpExporter"}, sink
+    for path in PARTS.rglob("*.py"):
+        if lifecycle in path.parents or "tests" in path.relative_to(PARTS).parts:
+            continue
+        text = path.read_text("utf-8")
+        assert not re.search(r"\b_state\b|not open|called on a", text), path

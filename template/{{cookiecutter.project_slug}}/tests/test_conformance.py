@@ -1,27 +1,30 @@
+{%- import "_parts/sinks/" ~ cookiecutter.sink ~ "/sink.jinja" as sink -%}
 """TraceML's export contract, checked: the SDK's conformance suite run on this exporter.
 
 Every check is its own test (``pytest -k <check>`` runs one); the rules are listed in
 ``_contract.py``. What only the sink knows comes from ``sink_support.py``:
-``read_export(context)``, which turns the data-fidelity checks on, and, for a sink the
-suite's defaults cannot break (one that does not live under ``export_dir``),
-``break_sink(context)`` and ``broken_context(context)``. A sink that does not keep
-records as records (a metrics store keeps series, MLflow keeps metric points) also
-defines ``SKIP_CHECKS`` (the suite's checks it cannot pass, with the reason; each skip
-says ``SKIP_CHECKS['<check>']``, the only skips the template's own tests accept) and
-``expected_export`` (what ``read_export`` must find for given records; default: the
-records' ``to_dict()``, which the suite's delivery checks then compare ``read_export``
-with, exactly), or ``READS_ROWS = False`` (no read-back for the suite) or
-``suite_read_back``; it may set ``MAX_EXAMPLES`` for the property test below
-(default 20). The round trips below run on every sink through the same ``read_export``;
-``test_exporter.py`` tests the sink's own.
+``read_export(context)``, which turns the data-fidelity checks on.
+{%- if "break_sink" in sink.suite_hooks %}
+The suite's defaults cannot break this sink, which does not live under ``export_dir``:
+its ``break_sink(context)`` and ``broken_context(context)`` do.
+{%- endif %}
+{%- if "expected_export" in sink.suite_hooks %}
+This sink does not keep records as records: ``SKIP_CHECKS`` names the suite's checks it
+cannot pass, with the reason (each skip says ``SKIP_CHECKS['<check>']``, the only skips
+the template's own tests accept), and ``expected_export`` says what ``read_export`` must
+find for given records, which the suite's delivery checks compare it with, exactly.
+{%- endif %}
+The round trips below run on every sink through the same ``read_export``;
+``test_exporter.py`` tests the sink's own. (The template renders this module for its
+sink from ``suite_hooks``, the hooks its ``sink_support.py`` defines.)
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping{% if "expected_export" in sink.suite_hooks %}, Sequence{% endif %}
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any{% if "SKIP_CHECKS" in sink.suite_hooks %}, ClassVar{% endif %}
 
 import sink_support
 from exporter_calls import expected, run, written
@@ -36,39 +39,33 @@ from {{ cookiecutter.package_name }}.exporter import make_exporter
 
 class Test{{ cookiecutter.exporter_class }}(ExporterConformance):
     factory = "{{ cookiecutter.package_name }}.exporter:make_exporter"
+{%- if "SKIP_CHECKS" in sink.suite_hooks %}
     skip_checks: ClassVar[Mapping[str, str]] = {
-        name: f"SKIP_CHECKS[{name!r}]: {why}"
-        for name, why in getattr(sink_support, "SKIP_CHECKS", {}).items()
+        name: f"SKIP_CHECKS[{name!r}]: {why}" for name, why in sink_support.SKIP_CHECKS.items()
     }
+{%- endif %}
 
-    if hasattr(sink_support, "expected_export"):  # an aggregating sink keeps no rows
+    def read_back(self, context: ExporterContext) -> Mapping[str, list[dict[str, Any]]]:
+        return sink_support.read_export(context)
+{%- if "expected_export" in sink.suite_hooks %}
 
-        def read_back(self, context: ExporterContext) -> Mapping[str, list[dict[str, Any]]]:
-            return sink_support.read_export(context)
-
-        def expected_export(
-            self, records: Sequence[Any], *, include_hostname: bool = False
-        ) -> Mapping[str, list[dict[str, Any]]]:
-            """The suite's delivery checks (flush, close, restart, volume) compare
-            ``read_export`` with this, exactly; its record-level checks are in SKIP_CHECKS."""
-            return expected(records, include_hostname=include_hostname)
-
-    elif getattr(sink_support, "READS_ROWS", True):
-
-        def read_back(self, context: ExporterContext) -> Mapping[str, list[dict[str, Any]]]:
-            own: Callable[[ExporterContext], Mapping[str, list[dict[str, Any]]]]
-            own = getattr(sink_support, "suite_read_back", sink_support.read_export)
-            return own(context)
+    def expected_export(
+        self, records: Sequence[Any], *, include_hostname: bool = False
+    ) -> Mapping[str, list[dict[str, Any]]]:
+        """The suite's delivery checks (flush, close, restart, volume) compare
+        ``read_export`` with this, exactly; its record-level checks are in SKIP_CHECKS."""
+        return expected(records, include_hostname=include_hostname)
+{%- endif %}
+{%- if "broken_context" in sink.suite_hooks %}
 
     def broken_context(self, context: ExporterContext) -> ExporterContext:
-        own: Callable[[ExporterContext], ExporterContext] | None
-        own = getattr(sink_support, "broken_context", None)
-        return (own or super().broken_context)(context)
+        return sink_support.broken_context(context)
+{%- endif %}
+{%- if "break_sink" in sink.suite_hooks %}
 
     def break_sink(self, context: ExporterContext) -> None:
-        own: Callable[[ExporterContext], None] | None
-        own = getattr(sink_support, "break_sink", None)
-        (own or super().break_sink)(context)
+        sink_support.break_sink(context)
+{%- endif %}
 
 
 def test_records_of_other_classes_are_written_the_same(
@@ -93,7 +90,7 @@ def test_driven_by_the_export_worker(context: ExporterContext, records: list[Exp
 
 
 @settings(
-    max_examples=getattr(sink_support, "MAX_EXAMPLES", 20),
+    max_examples={{ "sink_support.MAX_EXAMPLES" if "MAX_EXAMPLES" in sink.suite_hooks else 20 }},
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -29,7 +29,7 @@ module holds only the base class that runs them as tests.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,12 +40,12 @@ from ..factory import ExporterSettingError, validate_exporter_setting
 from . import configuration as config
 from ._resources import open_fds
 from .checks import CHECKS, CHECKS_BY_NAME, check_names
-from .environment import MOVED_BY_BREAK_SINK, NO_READ_BACK, Env, Hooks
+from .environment import MOVED_BY_BREAK_SINK, NO_READ_BACK, Env, Hooks, Settings
 from .errors import ConformanceConfigError, ReadBackNotImplementedError
 from .expected import expected_by_stream
 from .keys import CHECK_MARKER
 from .readback import read_jsonl
-from .registry import GROUPS, Check
+from .registry import GROUP_RULES, GROUPS, Check
 
 __all__ = [
     "CHECKS",
@@ -63,7 +63,7 @@ __all__ = [
 class ExporterConformance:
     """Subclass in a test file and set ``factory``; every check runs as its own test.
 
-    Class attributes:
+    Class attributes (the numbers' defaults are ``environment.Settings``'):
         factory: ``"module:factory"`` (or ``"jsonl"``), or the factory callable.
         throughput_floor: records/s the exporter must sustain (default 20,000).
         skip_checks / xfail_checks: ``{check or group name: reason}``; a reason is required.
@@ -73,17 +73,19 @@ class ExporterConformance:
 
     Hooks to override: ``read_back(context)``, ``expected_export(records, *,
     include_hostname)``, ``broken_context(context)``, ``break_sink(context)``.
+
+    Each group of ``GROUP_RULES`` is one test, ``test_<group>``, made below the class.
     """
 
     pytestmark: ClassVar[list[pytest.MarkDecorator]] = [getattr(pytest.mark, CHECK_MARKER)]
 
     factory: ClassVar[Any] = None
-    throughput_floor: ClassVar[float] = 20_000
+    throughput_floor: ClassVar[float] = Settings.throughput_floor
     skip_checks: ClassVar[Mapping[str, str]] = {}
     xfail_checks: ClassVar[Mapping[str, str]] = {}
-    grace_period: ClassVar[float] = 2.0
-    settle_time: ClassVar[float] = 0.3
-    failure_timeout: ClassVar[float] = 10.0
+    grace_period: ClassVar[float] = Settings.grace_period
+    settle_time: ClassVar[float] = Settings.settle_time
+    failure_timeout: ClassVar[float] = Settings.failure_timeout
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -212,37 +214,21 @@ class ExporterConformance:
             record_property=record,
         )
 
-    def test_lifecycle(self, check: str, conformance_env: Env) -> None:
-        """Lifecycle order: open once, write/flush zero or more times, close once."""
-        _run("lifecycle", check, conformance_env)
 
-    def test_thread_confinement(self, check: str, conformance_env: Env) -> None:
-        """Thread confinement: an inert factory on the main thread, methods on the worker's."""
-        _run("thread_confinement", check, conformance_env)
+def _group_test(group: str) -> Callable[[ExporterConformance, str, Env], None]:
+    """The test function of one group, ``test_<group>``, parametrized by its checks."""
 
-    def test_stream_dispatch(self, check: str, conformance_env: Env) -> None:
-        """STREAM dispatch: interleaved streams, foreign record classes, every setting."""
-        _run("stream_dispatch", check, conformance_env)
+    def test(self: ExporterConformance, check: str, conformance_env: Env) -> None:
+        _run(group, check, conformance_env)
 
-    def test_close_semantics(self, check: str, conformance_env: Env) -> None:
-        """Close semantics: close flushes, accepts dropped_batches, and ends all writing."""
-        _run("close_semantics", check, conformance_env)
+    test.__name__ = f"test_{group}"
+    test.__qualname__ = f"{ExporterConformance.__qualname__}.{test.__name__}"
+    test.__doc__ = GROUP_RULES[group]
+    return test
 
-    def test_data_fidelity(self, check: str, conformance_env: Env) -> None:
-        """Data fidelity (needs read_back): every record once, in order, values exact."""
-        _run("data_fidelity", check, conformance_env)
 
-    def test_failure_behaviour(self, check: str, conformance_env: Env) -> None:
-        """Failure behaviour: failures are raised, and leave nothing behind."""
-        _run("failure_behaviour", check, conformance_env)
-
-    def test_throughput(self, check: str, conformance_env: Env) -> None:
-        """Throughput: at least throughput_floor records/s on the sample corpus."""
-        _run("throughput", check, conformance_env)
-
-    def test_importability(self, check: str, conformance_env: Env) -> None:
-        """Importability: the spec loads in a fresh interpreter, as the aggregator loads it."""
-        _run("importability", check, conformance_env)
+for _group in GROUPS:
+    setattr(ExporterConformance, f"test_{_group}", _group_test(_group))
 
 
 def _overrides(cls: type, hook: str) -> bool:

@@ -58,7 +58,8 @@ NO_READ_BACK = (
 
 @dataclass(frozen=True)
 class Settings:
-    """The numbers a conformance class sets, validated (see ``ExporterConformance``)."""
+    """The numbers a conformance class sets, validated; their only defaults (the class
+    attributes of ``ExporterConformance`` read them)."""
 
     throughput_floor: float = 20_000
     grace_period: float = 2.0

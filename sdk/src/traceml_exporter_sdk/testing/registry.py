@@ -1,34 +1,49 @@
 """What a conformance check is: its group, its name, its rule, and how groups collect them.
 
-Each module of :mod:`.checks` declares one ``CheckGroup`` and registers its
-checks on it with ``@GROUP.check``; :mod:`.checks` puts the groups together in
-suite order. A check is a function of one argument, the :class:`~.environment.Env`
+The groups are listed once, in ``GROUP_RULES``. Each module of :mod:`.checks`
+(named as its group) declares one ``CheckGroup`` and registers its checks on it with
+``@GROUP.check``; :mod:`.checks` puts the groups together in suite order. A check is a function of one argument, the :class:`~.environment.Env`
 that carries every setting and hook it may use.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, overload
 
 if TYPE_CHECKING:
     from .environment import Env
 
-__all__ = ["GROUPS", "Check", "CheckFunction", "CheckGroup"]
+__all__ = ["GROUPS", "GROUP_RULES", "Check", "CheckFunction", "CheckGroup"]
 
-GROUPS = (
-    "lifecycle",
-    "thread_confinement",
-    "stream_dispatch",
-    "close_semantics",
-    "data_fidelity",
-    "failure_behaviour",
-    "throughput",
-    "importability",
+GROUP_RULES: Mapping[str, str] = MappingProxyType(
+    {
+        "lifecycle": "Lifecycle order: open once, write/flush zero or more times, close once.",
+        "thread_confinement": (
+            "Thread confinement: an inert factory on the main thread, methods on the worker's."
+        ),
+        "stream_dispatch": (
+            "STREAM dispatch: interleaved streams, foreign record classes, every setting."
+        ),
+        "close_semantics": (
+            "Close semantics: close flushes, accepts dropped_batches, and ends all writing."
+        ),
+        "data_fidelity": "Data fidelity (needs read_back): every record once, in order, values exact.",
+        "failure_behaviour": "Failure behaviour: failures are raised, and leave nothing behind.",
+        "throughput": "Throughput: at least throughput_floor records/s on the sample corpus.",
+        "importability": (
+            "Importability: the spec loads in a fresh interpreter, as the aggregator loads it."
+        ),
+    }
 )
-"""The check groups; each is one test function, ``test_<group>[<check>]``."""
+"""The one list of check groups, in suite order, each with its rule. A group is a module of
+:mod:`.checks` of the same name and one test function, ``test_<group>[<check>]``."""
+
+GROUPS = tuple(GROUP_RULES)
+"""The check groups' names, in suite order."""
 
 CheckFunction = Callable[["Env"], None]
 """A check's code: it gets the environment and fails the test (assert, ``pytest.fail``)."""

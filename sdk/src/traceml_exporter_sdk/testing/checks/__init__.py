@@ -1,7 +1,8 @@
 """Every conformance check, one module per group, put together in suite order.
 
-Each module declares ``GROUP`` (a :class:`~..registry.CheckGroup`) and its
-checks; ``CHECKS`` is their concatenation in the order of ``GROUPS``. To add a
+Each module, named as its group in ``registry.GROUP_RULES`` (the one list of groups),
+declares ``GROUP`` (a :class:`~..registry.CheckGroup`) and its checks; ``CHECKS`` is
+their concatenation in the order of ``GROUPS``. To add a
 check, write a ``check_<name>(env)`` function with a ``Rule:`` and a
 ``Contract:`` docstring in its group's module, decorated with ``@GROUP.check``,
 and a broken exporter that fails it in ``tests/conformance``.
@@ -9,35 +10,19 @@ and a broken exporter that fails it in ``tests/conformance``.
 
 from __future__ import annotations
 
+import importlib
 from types import MappingProxyType
 
-from ..registry import GROUPS, Check
-from . import (
-    close_semantics,
-    data_fidelity,
-    failure_behaviour,
-    importability,
-    lifecycle,
-    stream_dispatch,
-    thread_confinement,
-    throughput,
-)
+from ..registry import GROUPS, Check, CheckGroup
 
 __all__ = ["CHECKS", "CHECKS_BY_NAME", "check_names"]
 
-_MODULES = (
-    lifecycle,
-    thread_confinement,
-    stream_dispatch,
-    close_semantics,
-    data_fidelity,
-    failure_behaviour,
-    throughput,
-    importability,
+_GROUPS: tuple[CheckGroup, ...] = tuple(
+    importlib.import_module(f"{__name__}.{group}").GROUP for group in GROUPS
 )
-assert tuple(m.GROUP.name for m in _MODULES) == GROUPS
+"""Each group's checks, from the module of :mod:`.checks` named as the group."""
 
-CHECKS: tuple[Check, ...] = tuple(check for m in _MODULES for check in m.GROUP.checks)
+CHECKS: tuple[Check, ...] = tuple(check for group in _GROUPS for check in group.checks)
 """Every check of this SDK release, in suite order."""
 
 CHECKS_BY_NAME = MappingProxyType({check.name: check for check in CHECKS})
