@@ -48,12 +48,23 @@ def _texts() -> Iterator[tuple[str, str]]:
 
 
 def _generated_paths() -> set[str]:
-    """The template project's files by the names a bake gives them."""
-    return {
-        JINJA.sub("", str(path.relative_to(PROJECT)))
-        for path in PROJECT.rglob("*")
-        if path.is_file()
-    }
+    """The template project's files by the names a bake gives them: a sink's or a
+    layer's part (``_parts/<kind>/<name>/{src,tests}/...``) lands in the project's
+    ``src/<package>/`` or ``tests/`` (template/hooks/post_gen_project.py)."""
+    paths = set()
+    for path in PROJECT.rglob("*"):
+        if not path.is_file():
+            continue
+        parts = path.relative_to(PROJECT).parts
+        if parts[0] == "_parts" and len(parts) > 4 and parts[3] in ("src", "tests"):
+            inside = "/".join(parts[4:])
+            parts = (
+                ("src", "{{cookiecutter.package_name}}", inside)
+                if parts[3] == "src"
+                else ("tests", inside)
+            )
+        paths.add(JINJA.sub("", "/".join(parts)))
+    return paths
 
 
 def _modules() -> dict[str, list[str]]:
