@@ -108,7 +108,7 @@ MATRIX: dict[str, frozenset[str]] = {
         "duplicates_kept",
         "values_equal_to_dict",
         "hostname_kept_when_enabled",
-        "non_finite_floats",
+        "special_floats",
         "flush_is_acknowledgement",
         "large_flush_interval",
         "restart_after_failure",
@@ -128,7 +128,7 @@ MATRIX: dict[str, frozenset[str]] = {
     "broken_exporters:make_duplicates_dropped": ids("duplicates_kept"),
     "broken_exporters:make_lossy_values": ids(
         "values_equal_to_dict",
-        "non_finite_floats",
+        "special_floats",
         "hostname_kept_when_enabled",  # a hostname "" (the value space's) becomes null
     ),
     "broken_exporters:make_hostile_text_crash": ids("hostile_text"),
@@ -154,14 +154,14 @@ MATRIX: dict[str, frozenset[str]] = {
     "broken_delivery:make_auto_flush_timer": ids("only_worker_thread_runs_exporter"),
     "broken_delivery:make_sqlite_left_open_on_failure": ids("failure_releases_resources"),
     "broken_delivery:make_mutates_records": ids(
-        "records_left_unchanged", "values_equal_to_dict", "non_finite_floats"
+        "records_left_unchanged", "values_equal_to_dict", "special_floats"
     ),
-    "broken_delivery:make_flattens_devices": ids("values_equal_to_dict", "non_finite_floats"),
+    "broken_delivery:make_flattens_devices": ids("values_equal_to_dict", "special_floats"),
     # the value space, compared type-strictly (broken_values.py)
-    "broken_values:make_non_finite_as_null": ids("non_finite_floats"),
-    "broken_values:make_integral_floats_as_ints": ids("values_equal_to_dict"),
-    "broken_values:make_negative_zero_lost": ids("values_equal_to_dict"),
-    "broken_values:make_bools_as_ints": ids("values_equal_to_dict", "non_finite_floats"),
+    "broken_values:make_non_finite_as_null": ids("special_floats"),
+    "broken_values:make_integral_floats_as_ints": ids("values_equal_to_dict", "special_floats"),
+    "broken_values:make_negative_zero_lost": ids("special_floats"),
+    "broken_values:make_bools_as_ints": ids("values_equal_to_dict", "special_floats"),
     # causes: the explanation must be the one the evidence supports
     "broken_delivery:make_one_row_per_key": ids(
         "writes_interleaved_with_flushes",
@@ -182,7 +182,7 @@ MATRIX: dict[str, frozenset[str]] = {
         "large_flush_interval",
     ),
     "broken_delivery:make_clock_stamped": ids(
-        "foreign_record_classes", "values_equal_to_dict", "hostile_text", "non_finite_floats"
+        "foreign_record_classes", "values_equal_to_dict", "hostile_text", "special_floats"
     ),
     # throughput, importability
     "broken_exporters:make_slow": ids("records_per_second"),

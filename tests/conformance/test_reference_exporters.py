@@ -1,6 +1,6 @@
 """The built-in jsonl exporter and the contract's OneFileExporter pass every check (the
 contract's example, kept verbatim, all but ``failure_releases_resources``; the jsonl
-exporter all but its declared limitation, ``non_finite_floats``: JSON has no NaN).
+exporter all but its declared limitation, ``special_floats``: JSON has no NaN).
 
 Both run through the whole suite in-process (``pytester``), with data-fidelity
 checks on, at the default throughput floor: nothing may fail, and nothing but a declared limitation be skipped.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import struct
+import sys
 from typing import Any, ClassVar
 
 import pytest
@@ -150,7 +151,7 @@ def test_a_new_field_of_a_known_type_is_covered_without_a_change() -> None:
     records = value_space_records([Grown])
     assert value_space_gaps(records, [Grown]) == []
     assert any(r.new_count is None for r in records)
-    assert any(same_value(r.new_ratio, -0.0) for r in records)
+    assert any(same_value(r.new_ratio, 5e-324) for r in records)
 
 
 def test_a_new_nullable_the_records_leave_out_is_a_gap() -> None:
@@ -206,7 +207,7 @@ def test_each_strategy_reaches_none_and_the_edges_of_every_field(cls: type) -> N
     for spec in field_specs(cls):
         groups: list[list[Any]] = [[None]] if spec.nullable else []
         if spec.kind is float:
-            groups += [[-0.0], [FLOAT_EDGES[5], FLOAT_EDGES[6]]]
+            groups += [[-0.0], [sys.float_info.max, -sys.float_info.max]]
         if spec.kind is int and spec.name not in RULES and spec.name not in DERIVED:
             groups += [[INT64_MAX, INT64_MIN]]
         missing += [

@@ -45,7 +45,7 @@ BUILTIN_JSONL_SPECS = frozenset({"jsonl", BUILTIN_ALIASES["jsonl"]})
 """The ``factory`` values that name the SDK's own jsonl exporter."""
 
 BUILTIN_JSONL_LIMITS: Mapping[str, str] = {
-    "non_finite_floats": "JSON has no NaN or infinity: the jsonl exporter writes a "
+    "special_floats": "JSON has no NaN or infinity: the jsonl exporter writes a "
     "non-finite float as null (its documented format, docs/conformance.md)",
 }
 """The SDK's jsonl exporter's declared limitations, skipped with their reason wherever

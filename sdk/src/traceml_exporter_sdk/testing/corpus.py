@@ -18,8 +18,8 @@ check by name rather than every check at once.
 ``value_space_batches()`` adds records generated from the record classes'
 fields and type hints (``value_space``): every nullable field None, every
 field at the edge values of its type; the checks send them after the corpus.
-``non_finite_batches()`` holds NaN and the infinities in every float field, for
-the ``non_finite_floats`` check alone.
+``non_finite_batches()`` holds -0.0, NaN and the infinities in every float field,
+for the ``special_floats`` check alone.
 
 ``corpus_batches()`` turns it into records, one batch per payload, with
 deterministic ``observed_timestamp_unix_ns`` stamps. ``as_foreign()`` copies
@@ -168,8 +168,8 @@ def value_space_batches(streams: Collection[str] | None = None) -> list[list[Rec
 
 
 def non_finite_batches(streams: Collection[str] | None = None) -> list[list[Record]]:
-    """Generated records with NaN, +inf and -inf in every float field (events stats too),
-    one batch per stream that has a float field."""
+    """Generated records with -0.0, NaN, +inf and -inf in every float field (events stats
+    too), one batch per stream that has a float field."""
     return _by_class(_value_space(True), streams)
 
 

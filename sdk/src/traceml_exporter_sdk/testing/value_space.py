@@ -9,13 +9,15 @@ naming it.
 
 The ranges are the contract's: a record is one row of a SQLite projection table,
 so an integer is a SQLite ``INTEGER`` (signed 64 bits: ``INT_EDGES`` reach both
-ends) and a float is any IEEE double. The finite floats (``-0.0``, the largest
-double, the smallest subnormal, ...) are in every check's records; NaN and the
-infinities (``NON_FINITE``) go to their own check, ``non_finite_floats``, so a
-sink whose format has no NaN (JSON writes ``null``) fails that check by name
-rather than every check at once, and can declare it. The contract's own rules
-narrow a few fields (``RULES``): ``gpu_available`` and ``distributed_initialized``
-are 0 or 1, ``gpu_idx`` is a position, ``line`` is never empty.
+ends) and a float is any IEEE double. The ordinary doubles (the largest, the
+smallest subnormal, ...) are in every check's records; the IEEE special values
+(``NON_FINITE``: -0.0, NaN and the infinities) go to their own check,
+``special_floats``, so a sink whose format has none of them (JSON writes NaN as
+``null``, a JSON or SQL numeric has no -0.0) fails that check by name rather than
+every check at once, and can declare it. The contract's own rules narrow a few
+fields (``RULES``): ``gpu_available`` and ``distributed_initialized`` are 0 or 1,
+``gpu_idx`` is a position, ``line`` is never empty, and the two nanosecond stamps
+are readings of a Unix clock (``time.time_ns()``), after the epoch.
 """
 
 from __future__ import annotations
@@ -52,7 +54,6 @@ INT64_MIN = -(2**63)
 
 FLOAT_EDGES: tuple[float, ...] = (
     0.0,
-    -0.0,
     1.0,  # integral: 1.0 is not 1
     -1.5,
     0.1,
@@ -63,12 +64,14 @@ FLOAT_EDGES: tuple[float, ...] = (
     2.225073858507201e-308,  # the largest subnormal
     sys.float_info.min,  # the smallest normal
     9007199254740993.0,  # 2**53 + 1 rounded: an integral float past exact integers
+    -2.5e-300,
 )
-"""Finite doubles every float field takes: zeros of both signs, integral values, the
-largest magnitude, subnormals."""
+"""Doubles every float field takes: zero, integral values, the largest magnitude,
+subnormals."""
 
-NON_FINITE: tuple[float, ...] = (math.nan, math.inf, -math.inf)
-"""What a float field may also hold; kept apart (see the module docstring)."""
+NON_FINITE: tuple[float, ...] = (-0.0, math.nan, math.inf, -math.inf)
+"""The IEEE special values a float field may also hold: -0.0, NaN and the infinities;
+kept apart, as many formats have none of them (see the module docstring)."""
 
 INT_EDGES: tuple[int, ...] = (
     0,
@@ -126,6 +129,9 @@ RULES: Mapping[str, Rule] = {
     "distributed_initialized": Rule(values=(0, 1)),
     "gpu_idx": Rule(min_value=0),  # "the GPU's position in the snapshot"
     "line": Rule(min_size=1),  # "never None; empty lines are not recorded"
+    # a reading of time.time_ns(), "ns since Unix epoch": after it (0 is OTLP's "unset")
+    "observed_timestamp_unix_ns": Rule(min_value=1),
+    "timestamp_unix_ns": Rule(min_value=1),
 }
 """The contract's narrower rules, by field name: a value the rule refuses is not drawn."""
 
