@@ -10,7 +10,8 @@ no hostname, a rank older than integer timestamps). Every record it yields is
 distinct and every stream key is unique.
 
 ``load_hostile_corpus()`` and ``hostile_batches()`` are kept apart from it: one
-payload of stdout lines holding ``HOSTILE_TEXT`` (a lone surrogate, NUL and
+payload of stdout lines holding ``HOSTILE_TEXT`` (and, in ``hostile_batches()``,
+records of every class with that text in every str field) (a lone surrogate, NUL and
 other control characters, U+2028, U+2029, U+0085 and a 128 KiB line), which
 the ``hostile_text`` check sends, so a sink that chokes on them fails that
 check by name rather than every check at once.
@@ -112,7 +113,9 @@ def load_hostile_corpus() -> list[Any]:
 def hostile_batches(
     streams: Collection[str] | None = None, *, observed_base_ns: int = OBSERVED_BASE_NS
 ) -> list[list[Record]]:
-    """The hostile-text payloads as records, one batch per payload (see ``corpus_batches``)."""
+    """The hostile-text payloads as records, one batch per payload (see ``corpus_batches``),
+    then records generated from the record classes with ``HOSTILE_TEXT`` in every str
+    field, event names and devices included (``value_space``), one batch per stream."""
     out: list[list[Record]] = []
     for index, payload in enumerate(load_hostile_corpus()):
         batch = records_from_payload(
@@ -120,7 +123,8 @@ def hostile_batches(
         ).records
         if batch:
             out.append(batch)
-    return out
+    generated = value_space_records(RECORD_TYPES, texts=HOSTILE_TEXT)
+    return out + _by_class(generated, streams)
 
 
 def corpus_batches(

@@ -126,7 +126,7 @@ def _ints(rule: Rule | None = None) -> st.SearchStrategy[int]:
 def _floats(non_finite: bool = False) -> st.SearchStrategy[float]:
     """Any double, the value space's edges (-0.0, subnormals, the largest) drawn often;
     NaN and the infinities only with ``non_finite``."""
-    edges = FLOAT_EDGES + (NON_FINITE if non_finite else (-0.0,))
+    edges = (NON_FINITE if non_finite else (-0.0,)) + FLOAT_EDGES
     drawn = st.floats(allow_nan=non_finite, allow_infinity=non_finite, width=64)
     return st.one_of(st.sampled_from(edges), drawn)
 

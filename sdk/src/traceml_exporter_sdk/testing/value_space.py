@@ -202,14 +202,22 @@ def allowed_edges(spec: FieldSpec, *, non_finite: bool = False) -> list[Any]:
     return _allowed(spec.name, _EDGES.get(spec.kind, ()))
 
 
-def _edge(spec: FieldSpec, index: int, floats: tuple[float, ...]) -> Any:
+def _edge(
+    spec: FieldSpec,
+    index: int,
+    floats: tuple[float, ...],
+    texts: tuple[str, ...] = STR_EDGES,
+    ints: tuple[int, ...] = INT_EDGES,
+) -> Any:
     kind = spec.kind
     if kind is float:
         values = _allowed(spec.name, floats)
     elif kind in _EDGES:
-        values = _allowed(spec.name, _EDGES[kind])
+        values = _allowed(
+            spec.name, texts if kind is str else ints if kind is int else _EDGES[kind]
+        )
     elif _is_events(kind):
-        return _events(index, floats)
+        return _events(index, floats, texts)
     else:
         raise TypeError(
             f"field {spec.name}: type {kind!r} has no edge values in the value space; "
@@ -225,12 +233,14 @@ def _stats(index: int, floats: tuple[float, ...], *, none: bool = False) -> dict
     }
 
 
-def _events(index: int, floats: tuple[float, ...]) -> dict[str, dict[str, Any]]:
+def _events(
+    index: int, floats: tuple[float, ...], texts: tuple[str, ...] = STR_EDGES
+) -> dict[str, dict[str, Any]]:
     """The events map of generated record ``index``: empty first, then names and devices
     of edge text, stats of edge values, and a stats map with every value None."""
     if index == 0:
         return {}
-    name, device = STR_EDGES[index % len(STR_EDGES)], STR_EDGES[(index + 1) % len(STR_EDGES)]
+    name, device = texts[index % len(texts)], texts[(index + 1) % len(texts)]
     return {
         name: {
             device: _stats(index - 1, floats),
@@ -245,13 +255,19 @@ def _count(floats: tuple[float, ...]) -> int:
 
 
 def value_space_records(
-    record_types: Iterable[type[Any]] = RECORD_TYPES, *, non_finite: bool = False
+    record_types: Iterable[type[Any]] = RECORD_TYPES,
+    *,
+    non_finite: bool = False,
+    texts: tuple[str, ...] | None = None,
 ) -> list[Record]:
     """Records of each class that together take every edge value of every field.
 
     Per class: record ``k`` gives each field the ``k``-th edge of its type (cycling),
     then one record has every nullable field None. With ``non_finite``, the float
-    fields take NaN, +inf and -inf instead (classes without a float field give none).
+    fields take -0.0, NaN, +inf and -inf instead (classes without a float field give
+    none). With ``texts``, every str field (event names and devices too) cycles through
+    those instead of ``STR_EDGES``, one record per text, every other value ordinary
+    (small ints, halves); classes without a str field give none.
 
     Raises:
         TypeError: a field's type has no edge values here (a new field type).
@@ -262,10 +278,19 @@ def value_space_records(
         specs = field_specs(cls)
         if non_finite and not any(s.kind is float or _is_events(s.kind) for s in specs):
             continue
-        count = len(floats) if non_finite else _count(floats)
+        if texts is not None:
+            if not any(s.kind is str or _is_events(s.kind) for s in specs):
+                continue
+            count = len(texts)
+        else:
+            count = len(floats) if non_finite else _count(floats)
+        words, ints = STR_EDGES, INT_EDGES
+        if texts is not None:  # the text is the point: every other value ordinary
+            words, ints = texts, tuple(range(1, count + 1))
+            floats = tuple(i + 0.5 for i in range(count))
         for index in range(count):
-            out.append(cls(*(_edge(s, index, floats) for s in specs)))
-        if not non_finite:
+            out.append(cls(*(_edge(s, index, floats, words, ints) for s in specs)))
+        if not non_finite and texts is None:
             out.append(cls(*(None if s.nullable else _edge(s, 1, floats) for s in specs)))
     return out
 
