@@ -109,6 +109,7 @@ MATRIX: dict[str, frozenset[str]] = {
         "values_equal_to_dict",
         "hostname_kept_when_enabled",
         "special_floats",
+        "hostile_text",  # the hostile batches hold every stream
         "flush_is_acknowledgement",
         "large_flush_interval",
         "restart_after_failure",
@@ -129,6 +130,7 @@ MATRIX: dict[str, frozenset[str]] = {
     "broken_exporters:make_lossy_values": ids(
         "values_equal_to_dict",
         "special_floats",
+        "hostile_text",  # its records carry measured zeros too
         "hostname_kept_when_enabled",  # a hostname "" (the value space's) becomes null
     ),
     "broken_exporters:make_hostile_text_crash": ids("hostile_text"),
@@ -154,14 +156,18 @@ MATRIX: dict[str, frozenset[str]] = {
     "broken_delivery:make_auto_flush_timer": ids("only_worker_thread_runs_exporter"),
     "broken_delivery:make_sqlite_left_open_on_failure": ids("failure_releases_resources"),
     "broken_delivery:make_mutates_records": ids(
-        "records_left_unchanged", "values_equal_to_dict", "special_floats"
+        "records_left_unchanged", "values_equal_to_dict", "special_floats", "hostile_text"
     ),
-    "broken_delivery:make_flattens_devices": ids("values_equal_to_dict", "special_floats"),
+    "broken_delivery:make_flattens_devices": ids(
+        "values_equal_to_dict", "special_floats", "hostile_text"
+    ),
     # the value space, compared type-strictly (broken_values.py)
     "broken_values:make_non_finite_as_null": ids("special_floats"),
     "broken_values:make_integral_floats_as_ints": ids("values_equal_to_dict", "special_floats"),
     "broken_values:make_negative_zero_lost": ids("special_floats"),
-    "broken_values:make_bools_as_ints": ids("values_equal_to_dict", "special_floats"),
+    "broken_values:make_bools_as_ints": ids(
+        "values_equal_to_dict", "special_floats", "hostile_text"
+    ),
     # causes: the explanation must be the one the evidence supports
     "broken_delivery:make_one_row_per_key": ids(
         "writes_interleaved_with_flushes",

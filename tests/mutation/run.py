@@ -200,6 +200,8 @@ def run_all(
     jobs: int,
     workdir: Path,
     timeouts: tuple[float, float] | None = None,
+    *,
+    own_only: bool = False,
 ) -> list[Outcome]:
     workers: queue.Queue[Worker] = queue.Queue()
     for index in range(jobs):
@@ -219,7 +221,11 @@ def run_all(
         start = time.monotonic()
         try:
             path.write_text(mutant.source, encoding="utf-8")
-            outcome = Outcome(mutant, module, worker.run((*target.suite, *SUITE_ONLY), timeouts[0]))
+            if own_only:  # a reviewed survivor of the suite, checked against the own tests
+                outcome = Outcome(mutant, module, "survived")
+            else:
+                suite = worker.run((*target.suite, *SUITE_ONLY), timeouts[0])
+                outcome = Outcome(mutant, module, suite)
             if not outcome.killed_by_suite:
                 outcome.own = worker.run(target.own, timeouts[1])
         finally:
@@ -373,8 +379,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=[], help="run just these mutant ids")
     parser.add_argument("--json", type=Path, help="write every outcome here")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--own-only", action="store_true", help="skip the suite: the own tests on --only mutants"
+    )
     args = parser.parse_args(argv)
-    target = jsonl_target() if args.baked is None else baked_target(args.target, args.baked)
+    target = (
+        jsonl_target() if args.baked is None else baked_target(args.target, args.baked.resolve())
+    )
     selected = select(target, args.only)
     if args.list:
         for _, mutant in selected:
@@ -382,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"mutation-{target.name}-") as folder:
-        outcomes = run_all(target, selected, args.jobs, Path(folder))
+        outcomes = run_all(target, selected, args.jobs, Path(folder), own_only=args.own_only)
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -402,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             encoding="utf-8",
         )
-    status = report(target.name, outcomes, full=not args.only)
+    status = report(target.name, outcomes, full=not args.only and not args.own_only)
     print(f"{target.name}: {len(outcomes)} mutants in {time.monotonic() - start:.0f} s")
     return status
 
