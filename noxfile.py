@@ -348,6 +348,36 @@ def template(session: nox.Session, sink: str) -> None:
     )
 
 
+MUTATION_SINKS = ("sqlite", "parquet")
+"""The baked sinks ``nox -s mutation`` mutates beside the SDK's jsonl exporter."""
+
+
+@nox.session(python=TEMPLATE_PYTHON, default=False)
+def mutation(session: nox.Session) -> None:
+    """Every mutant of the jsonl exporter and the baked sqlite and parquet sinks against the
+    conformance suite, then their own tests (tests/mutation/run.py); fails on a survivor
+    missing from tests/mutation/survivors.toml or a score under its target.
+
+    ``nox -s mutation -- jsonl`` runs one target; ``-- sqlite --only ID ...`` some mutants.
+    Two mutants run side by side (MUTATION_JOBS overrides). CI runs a fixed sample in the
+    ``tests`` session (tests/mutation/test_mutation.py).
+    """
+    session.install(*TEMPLATE_TOOLS)
+    _install_sdk(session, "test")
+    targets = session.posargs[:1] or ["jsonl", *MUTATION_SINKS]
+    extra = session.posargs[1:]
+    jobs = os.environ.get("MUTATION_JOBS", "2")
+    script = str(ROOT / "tests" / "mutation" / "run.py")
+    for target in targets:
+        args = [script, target, "--jobs", jobs, *extra]
+        if target != "jsonl":
+            output = Path(session.create_tmp()) / "mutation" / target
+            project = _bake(session, output, f"sink={target}", f"project_name={target}")
+            _install_baked(session, project)
+            args += ["--baked", str(project)]
+        session.run("python", *args, env={"TRACEML_EXPORTER_SDK": str(SDK)})
+
+
 @nox.session(python=TEMPLATE_PYTHON, default=False)
 def scaffold(session: nox.Session) -> None:
     """Bake the default exporter into ./build, run its conformance suite, replay the corpus."""

@@ -14,7 +14,7 @@ it yields is distinct and every stream key is unique, so an exporter that
 drops duplicates is caught only by the check that sends duplicates on purpose.
 
 It also writes ``testing/data/hostile.jsonl``: one payload of stdout lines
-holding the SDK's ``HOSTILE_TEXT`` (a lone surrogate, NUL, U+2028, a 128 KiB
+holding the SDK's ``HOSTILE_TEXT`` (a lone surrogate, NUL, U+2028, a 1 MiB
 line, ...), which only the ``hostile_text`` check sends. Both files are JSON
 with every non-ASCII character escaped, so they are plain ASCII on disk.
 """

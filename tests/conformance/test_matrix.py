@@ -108,6 +108,8 @@ MATRIX: dict[str, frozenset[str]] = {
         "duplicates_kept",
         "values_equal_to_dict",
         "hostname_kept_when_enabled",
+        "special_floats",
+        "hostile_text",  # the hostile batches hold every stream
         "flush_is_acknowledgement",
         "large_flush_interval",
         "restart_after_failure",
@@ -125,7 +127,12 @@ MATRIX: dict[str, frozenset[str]] = {
     "broken_exporters:make_hostname_always_dropped": ids("hostname_kept_when_enabled"),
     "broken_exporters:make_records_reordered": ids("per_stream_order"),
     "broken_exporters:make_duplicates_dropped": ids("duplicates_kept"),
-    "broken_exporters:make_lossy_values": ids("values_equal_to_dict"),
+    "broken_exporters:make_lossy_values": ids(
+        "values_equal_to_dict",
+        "special_floats",
+        "hostile_text",  # its records carry measured zeros too
+        "hostname_kept_when_enabled",  # a hostname "" (the value space's) becomes null
+    ),
     "broken_exporters:make_hostile_text_crash": ids("hostile_text"),
     # failure behaviour
     "broken_exporters:make_leaks_on_open_failure": ids("open_failure_leaks_nothing"),
@@ -148,8 +155,19 @@ MATRIX: dict[str, frozenset[str]] = {
     "broken_delivery:make_close_swallows_failure": ids("close_failure_raised"),
     "broken_delivery:make_auto_flush_timer": ids("only_worker_thread_runs_exporter"),
     "broken_delivery:make_sqlite_left_open_on_failure": ids("failure_releases_resources"),
-    "broken_delivery:make_mutates_records": ids("records_left_unchanged", "values_equal_to_dict"),
-    "broken_delivery:make_flattens_devices": ids("values_equal_to_dict"),
+    "broken_delivery:make_mutates_records": ids(
+        "records_left_unchanged", "values_equal_to_dict", "special_floats", "hostile_text"
+    ),
+    "broken_delivery:make_flattens_devices": ids(
+        "values_equal_to_dict", "special_floats", "hostile_text"
+    ),
+    # the value space, compared type-strictly (broken_values.py)
+    "broken_values:make_non_finite_as_null": ids("special_floats"),
+    "broken_values:make_integral_floats_as_ints": ids("values_equal_to_dict", "special_floats"),
+    "broken_values:make_negative_zero_lost": ids("special_floats"),
+    "broken_values:make_bools_as_ints": ids(
+        "values_equal_to_dict", "special_floats", "hostile_text"
+    ),
     # causes: the explanation must be the one the evidence supports
     "broken_delivery:make_one_row_per_key": ids(
         "writes_interleaved_with_flushes",
@@ -170,7 +188,7 @@ MATRIX: dict[str, frozenset[str]] = {
         "large_flush_interval",
     ),
     "broken_delivery:make_clock_stamped": ids(
-        "foreign_record_classes", "values_equal_to_dict", "hostile_text"
+        "foreign_record_classes", "values_equal_to_dict", "hostile_text", "special_floats"
     ),
     # throughput, importability
     "broken_exporters:make_slow": ids("records_per_second"),
@@ -236,7 +254,7 @@ def failed_checks(pytester: pytest.Pytester, spec: str) -> dict[str, str]:
 
 def label(spec: str) -> str:
     module, _, factory = spec.partition(":")
-    if module in ("broken_exporters", "broken_delivery"):
+    if module in ("broken_exporters", "broken_delivery", "broken_values"):
         return factory.removeprefix("make_")
     return module
 

@@ -1,50 +1,32 @@
-"""Compare what an exporter read back with the records it was given.
+"""Compare what an exporter read back with the records it was given, type-strictly.
 
-Values are compared after a light normalisation that keeps every distinction
-the contract cares about: None is not 0, True is not 1, a 19-digit integer
-must come back exact (a float that rounded it does not match), while 5.0 and
-5 are the same number (a sink may store an integral float as an integer).
+Each value is compared by type and value: None is not 0, True is not 1, 1.0 is
+not 1, a 19-digit integer must come back exact (a float that rounded it does
+not match), and floats are compared bit for bit: -0.0 is not 0.0, and NaN
+matches only the NaN with the same bits. Maps compare key by key (keys as
+text), lists and tuples element by element.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..records import RECORD_TYPE_BY_STREAM, SCHEMA_VERSION
-from .expected import expected_by_stream
+from .expected import _text, expected_by_stream, same_value
 
-__all__ = ["ReadBack", "canonical", "expected_by_stream", "validate_read_back"]
+__all__ = ["ReadBack", "canonical", "expected_by_stream", "same_value", "validate_read_back"]
 
 ReadBack = dict[str, list[dict[str, Any]]]
 META_KEYS = ("stream", "schema_version")
 IGNORED = frozenset({"hostname", *META_KEYS})
 
 
-def normalise(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if math.isfinite(value) and value.is_integer():
-            return int(value)
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, Mapping):
-        return {str(k): normalise(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [normalise(v) for v in value]
-    return f"<{type(value).__name__}: {value!r}>"
-
-
 def canonical(data: Mapping[str, Any], drop: Iterable[str] = IGNORED) -> str:
-    """A comparable text form of one record dict, without the ``drop`` keys."""
+    """A comparable, type-strict text form of one record dict, without the ``drop`` keys."""
     dropped = frozenset(drop)
-    view = {k: normalise(v) for k, v in data.items() if k not in dropped}
-    return json.dumps(view, sort_keys=True, ensure_ascii=False)
+    return _text({k: v for k, v in data.items() if k not in dropped})
 
 
 def validate_read_back(value: Any) -> ReadBack:
@@ -90,7 +72,7 @@ def meta_problems(actual: ReadBack) -> list[str]:
                 problems.append(
                     f"{stream}[{index}] has stream {row['stream']!r} but was read back under {stream!r}"
                 )
-            if "schema_version" in row and row["schema_version"] != SCHEMA_VERSION:
+            if "schema_version" in row and not same_value(row["schema_version"], SCHEMA_VERSION):
                 problems.append(
                     f"{stream}[{index}] has schema_version {row['schema_version']!r}, "
                     f"expected {SCHEMA_VERSION}"
@@ -117,8 +99,13 @@ def multiset_problems(
     dropped = frozenset(drop)
     problems = []
     for stream in sorted(set(expected) | set(actual)):
-        want = Counter(canonical(d, dropped) for d in expected.get(stream, []))
-        got = Counter(canonical(d, dropped) for d in actual.get(stream, []))
+        originals: dict[str, Mapping[str, Any]] = {}
+        want, got = Counter[str](), Counter[str]()
+        for counter, rows in ((want, expected.get(stream, [])), (got, actual.get(stream, []))):
+            for row in rows:
+                text = canonical(row, dropped)
+                originals.setdefault(text, {k: v for k, v in row.items() if k not in dropped})
+                counter[text] += 1
         if want == got:
             continue
         missing = list((want - got).elements())
@@ -132,7 +119,7 @@ def multiset_problems(
         for text in extra[:limit]:
             problems.append(f"  unexpected: {_short(text)}")
         if missing and extra:
-            diff = field_diff(json.loads(missing[0]), json.loads(extra[0]))
+            diff = field_diff(originals[missing[0]], originals[extra[0]])
             if diff:
                 problems.append(f"  first difference: {diff}")
     return problems
@@ -145,8 +132,8 @@ def field_diff(want: Mapping[str, Any], got: Mapping[str, Any]) -> str:
             parts.append(f"{key} missing (expected {want[key]!r})")
         elif key not in want:
             parts.append(f"unexpected key {key} = {got[key]!r}")
-        elif want[key] != got[key] or type(want[key]) is not type(got[key]):
-            parts.append(f"{key}: expected {want[key]!r}, got {got[key]!r}")
+        elif not same_value(want[key], got[key]):
+            parts.append(f"{key}: expected {_shown(want[key])}, got {_shown(got[key])}")
     return "; ".join(parts[:4])
 
 
@@ -184,6 +171,16 @@ def _numbered(texts: Iterable[str]) -> list[tuple[str, int]]:
         out.append((text, seen[text]))
         seen[text] += 1
     return out
+
+
+def _shown(value: Any) -> str:
+    """A value as a diff shows it: its type too where the text alone would not tell."""
+    text = _short(_text(value))
+    return (
+        text
+        if value is None or type(value) in (str, dict, list)
+        else f"{text} ({type(value).__name__})"
+    )
 
 
 def _short(text: str, limit: int = 240) -> str:

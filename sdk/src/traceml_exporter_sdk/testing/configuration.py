@@ -28,8 +28,10 @@ from .errors import ConformanceConfigError
 from .registry import GROUPS, Check
 
 __all__ = [
+    "BUILTIN_JSONL_LIMITS",
     "BUILTIN_JSONL_SPECS",
     "class_attr",
+    "declared_skips",
     "import_factory",
     "is_builtin_jsonl",
     "mark_reason",
@@ -41,6 +43,13 @@ __all__ = [
 
 BUILTIN_JSONL_SPECS = frozenset({"jsonl", BUILTIN_ALIASES["jsonl"]})
 """The ``factory`` values that name the SDK's own jsonl exporter."""
+
+BUILTIN_JSONL_LIMITS: Mapping[str, str] = {
+    "special_floats": "JSON has no NaN or infinity: the jsonl exporter writes a "
+    "non-finite float as null (its documented format, docs/conformance.md)",
+}
+"""The SDK's jsonl exporter's declared limitations, skipped with their reason wherever
+the suite runs on it (as ``skip_checks`` would declare them for any other exporter)."""
 
 
 def class_attr(cls: type, name: str) -> Any:
@@ -107,6 +116,17 @@ def mark_reason(declared: Mapping[str, str], check: Check) -> str | None:
     """The skip or xfail reason for ``check`` (by its name or its group's), or None."""
     reason = declared.get(check.name, declared.get(check.group))
     return None if reason is None else f"{check.name}: {reason}"
+
+
+def declared_skips(cls: type) -> Mapping[str, str]:
+    """The class's ``skip_checks``, with the built-in jsonl exporter's declared limitations
+    added where the class declares nothing else about that check."""
+    skips: Mapping[str, str] = cls.skip_checks  # type: ignore[attr-defined]
+    if not is_builtin_jsonl(cls):
+        return skips
+    xfails: Mapping[str, str] = cls.xfail_checks  # type: ignore[attr-defined]
+    limits = {k: v for k, v in BUILTIN_JSONL_LIMITS.items() if k not in xfails}
+    return {**limits, **skips}
 
 
 def settings_of(cls: type) -> Settings:

@@ -174,7 +174,7 @@ class ExporterConformance:
             if check.group != group:
                 continue
             marks: list[pytest.MarkDecorator] = []
-            reason = config.mark_reason(cls.skip_checks, check)
+            reason = config.mark_reason(config.declared_skips(cls), check)
             if reason is not None:
                 marks.append(pytest.mark.skip(reason=reason))
             reason = config.mark_reason(cls.xfail_checks, check)

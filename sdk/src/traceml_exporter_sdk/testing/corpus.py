@@ -10,10 +10,17 @@ no hostname, a rank older than integer timestamps). Every record it yields is
 distinct and every stream key is unique.
 
 ``load_hostile_corpus()`` and ``hostile_batches()`` are kept apart from it: one
-payload of stdout lines holding ``HOSTILE_TEXT`` (a lone surrogate, NUL and
+payload of stdout lines holding ``HOSTILE_TEXT`` (and, in ``hostile_batches()``,
+records of every class with that text in every str field) (a lone surrogate, NUL and
 other control characters, U+2028, U+2029, U+0085 and a 128 KiB line), which
 the ``hostile_text`` check sends, so a sink that chokes on them fails that
 check by name rather than every check at once.
+
+``value_space_batches()`` adds records generated from the record classes'
+fields and type hints (``value_space``): every nullable field None, every
+field at the edge values of its type; the checks send them after the corpus.
+``non_finite_batches()`` holds -0.0, NaN and the infinities in every float field,
+for the ``special_floats`` check alone.
 
 ``corpus_batches()`` turns it into records, one batch per payload, with
 deterministic ``observed_timestamp_unix_ns`` stamps. ``as_foreign()`` copies
@@ -32,7 +39,8 @@ from importlib import resources
 from typing import Any
 
 from ..mapping import records_from_payload
-from ..records import RECORD_TYPE_BY_STREAM, ExportRecord, Record
+from ..records import RECORD_TYPE_BY_STREAM, RECORD_TYPES, ExportRecord, Record
+from .value_space import value_space_records
 
 __all__ = [
     "CORPUS_FILE",
@@ -47,6 +55,8 @@ __all__ = [
     "hostile_batches",
     "load_corpus",
     "load_hostile_corpus",
+    "non_finite_batches",
+    "value_space_batches",
 ]
 
 CORPUS_FILE = "data/corpus.jsonl"
@@ -55,8 +65,10 @@ CORPUS_FILE = "data/corpus.jsonl"
 HOSTILE_FILE = "data/hostile.jsonl"
 """The hostile-text payloads, relative to the ``traceml_exporter_sdk.testing`` package."""
 
-LONG_LINE = "a 128 KiB line: " + "0123456789abcdef" * 8192
-"""A stdout line longer than the 64 KiB buffers and limits many sinks and readers assume."""
+LONG_LINE = "a 1 MiB line, multibyte: é日🚀 " + "0123456789abcdef" * 65_536
+"""The longest stdout line the suite sends: over 1 MiB of UTF-8, past the 64 KiB buffers
+and limits many sinks and readers assume. TraceML 0.5.0 bounds a captured line only by
+its transport frame (a 4-byte length: 4 GiB of msgpack), which no test can send."""
 
 HOSTILE_TEXT = (
     "a lone high surrogate \ud800 in the middle",
@@ -101,7 +113,9 @@ def load_hostile_corpus() -> list[Any]:
 def hostile_batches(
     streams: Collection[str] | None = None, *, observed_base_ns: int = OBSERVED_BASE_NS
 ) -> list[list[Record]]:
-    """The hostile-text payloads as records, one batch per payload (see ``corpus_batches``)."""
+    """The hostile-text payloads as records, one batch per payload (see ``corpus_batches``),
+    then records generated from the record classes with ``HOSTILE_TEXT`` in every str
+    field, event names and devices included (``value_space``), one batch per stream."""
     out: list[list[Record]] = []
     for index, payload in enumerate(load_hostile_corpus()):
         batch = records_from_payload(
@@ -109,7 +123,8 @@ def hostile_batches(
         ).records
         if batch:
             out.append(batch)
-    return out
+    generated = value_space_records(RECORD_TYPES, texts=HOSTILE_TEXT)
+    return out + _by_class(generated, streams)
 
 
 def corpus_batches(
@@ -139,6 +154,45 @@ def corpus_batches(
             if batch:
                 out.append(batch)
     return out
+
+
+def _by_class(records: list[Record], streams: Collection[str] | None) -> list[list[Record]]:
+    out: dict[str, list[Record]] = {}
+    for record in records:
+        if streams is None or record.STREAM in streams:
+            out.setdefault(record.STREAM, []).append(record)
+    return list(out.values())
+
+
+def value_space_batches(streams: Collection[str] | None = None) -> list[list[Record]]:
+    """Generated records at the contract's edge values, one batch per stream (see
+    ``value_space``): every nullable field None in some record, every finite edge value
+    of every field's type. ``streams`` keeps only those STREAM names."""
+    return _by_class(_value_space(False), streams)
+
+
+def non_finite_batches(streams: Collection[str] | None = None) -> list[list[Record]]:
+    """Generated records with -0.0, NaN, +inf and -inf in every float field (events stats
+    too), one batch per stream that has a float field."""
+    return _by_class(_value_space(True), streams)
+
+
+@cache
+def _value_space_cached(non_finite: bool) -> tuple[Record, ...]:
+    return tuple(value_space_records(RECORD_TYPES, non_finite=non_finite))
+
+
+def _value_space(non_finite: bool) -> list[Record]:
+    """Fresh copies (events maps are mutable, and an exporter may change them)."""
+    return [
+        type(r)(*(_copy(getattr(r, n)) for n in r.COLUMNS)) for r in _value_space_cached(non_finite)
+    ]
+
+
+def _copy(value: Any) -> Any:
+    if type(value) is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    return value
 
 
 def corpus_records(

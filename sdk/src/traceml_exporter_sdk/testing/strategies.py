@@ -9,25 +9,34 @@ several streams, for property tests of an exporter::
     @given(st_records.record_batches())
     def test_roundtrip(batch): ...
 
-Values follow the contract's types and edge cases: any nullable field may be
-None, numbers include 0 and 0.0, timestamps are 19-digit nanosecond integers,
-strings include unicode, ``\\n``, ``\\r`` and U+2028, and the corpus's
-``HOSTILE_TEXT`` (a lone surrogate, NUL and other control characters, U+2029,
-U+0085, a 128 KiB line), stdout lines are never empty, events maps may be
-empty. Floats are finite (JSON has no NaN). ``foreign=True`` builds TraceML-like look-alike classes instead of the SDK's
-(see ``corpus.foreign_class``). This is the only module of the SDK that
-imports hypothesis.
+Each record strategy is derived from its class's fields and type hints
+(``value_space.field_specs``), so a field added to a record class is drawn
+without a change here, and a field of an unknown type is a ``TypeError``.
+Values follow the contract's types and the value space's edges: any nullable
+field may be None, ints are any int64 with its ends and the other
+``INT_EDGES`` drawn often, floats any double with ``FLOAT_EDGES`` (-0.0,
+subnormals, the largest) drawn often, strings include unicode, ``\\n``, ``\\r``,
+U+2028 and the corpus's ``HOSTILE_TEXT`` (a lone surrogate, NUL and other
+control characters, U+2029, U+0085, a 128 KiB text; stdout lines also the
+1 MiB ``LONG_LINE``), stdout lines are never empty, events maps may be empty. The contract's rules hold (``RULES``:
+``gpu_available`` is 0 or 1, ...), and the identity fields are consistent
+(``rank == global_rank``). Floats are finite unless ``non_finite=True`` (NaN
+and the infinities, which a JSON sink writes as null). ``foreign=True``
+builds TraceML-like look-alike classes instead of the SDK's (see
+``corpus.foreign_class``). This is the only module of the SDK that imports
+hypothesis.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any
 
 from hypothesis import strategies as st
 
 from ..records import (
     RECORD_TYPE_BY_STREAM,
+    EventStats,
     ProcessRecord,
     Record,
     RuntimeEnvironmentRecord,
@@ -38,7 +47,20 @@ from ..records import (
     SystemRecord,
 )
 from ..streams import ALL_STREAMS
-from .corpus import HOSTILE_TEXT, foreign_class
+from .corpus import HOSTILE_TEXT, LONG_LINE, foreign_class
+from .value_space import (
+    FLOAT_EDGES,
+    INT64_MAX,
+    INT64_MIN,
+    INT_EDGES,
+    NON_FINITE,
+    RULES,
+    STR_EDGES,
+    FieldSpec,
+    Rule,
+    field_specs,
+    is_events,
+)
 
 __all__ = [
     "event_stats",
@@ -58,20 +80,14 @@ __all__ = [
 ]
 
 MIN_NS = 1_000_000_000_000_000_000  # 2001-09-09, the first 19-digit nanosecond
-MAX_NS = 9_223_372_036_854_775_807  # int64, what a nanosecond clock can hold
+MAX_NS = INT64_MAX  # int64, what a nanosecond clock can hold
 
-EDGE_TEXT = (
-    "",
-    "0",
-    "null",
-    "ünïcødé 日本語 🚀",
-    "line\nbreak",
-    "para\u2028sep",
-    "cr\r\nlf",
-    "\t",
-    *HOSTILE_TEXT,
-)
-"""Strings every text strategy draws often: edge values and the corpus's hostile text."""
+LONG_TEXT = LONG_LINE[: 128 * 1024]
+"""The long text of every text field: 128 KiB, past the 64 KiB limits many sinks assume
+(stdout lines also draw the whole ``LONG_LINE``, over 1 MiB)."""
+
+EDGE_TEXT = (*STR_EDGES, *(t for t in HOSTILE_TEXT if t is not LONG_LINE), LONG_TEXT)
+"""Strings every text strategy draws often: the value space's and the corpus's hostile text."""
 
 
 def timestamps_ns() -> st.SearchStrategy[int]:
@@ -82,8 +98,8 @@ def timestamps_ns() -> st.SearchStrategy[int]:
 def texts(*, min_size: int = 0) -> st.SearchStrategy[str]:
     """Text with unicode, line breaks (``\\n``, ``\\r``, U+2028) and tabs, and ``EDGE_TEXT``.
 
-    Generated text is valid UTF-8; lone surrogates, NUL and the 128 KiB line
-    come from the ``HOSTILE_TEXT`` edges.
+    Generated text is valid UTF-8; lone surrogates, NUL and a 128 KiB text
+    come from the ``EDGE_TEXT`` edges.
     """
     alphabet = st.characters(codec="utf-8")
     edges = st.sampled_from([t for t in EDGE_TEXT if len(t) >= min_size])
@@ -98,8 +114,21 @@ def _small_ints() -> st.SearchStrategy[int]:
     return st.integers(min_value=0, max_value=4096)
 
 
-def _floats() -> st.SearchStrategy[float]:
-    return st.one_of(st.just(0.0), st.floats(allow_nan=False, allow_infinity=False, width=64))
+def _ints(rule: Rule | None = None) -> st.SearchStrategy[int]:
+    """Any int64, int64's ends and the value space's other edges drawn often."""
+    if rule is not None and rule.values is not None:
+        return st.sampled_from(rule.values)
+    low = INT64_MIN if rule is None or rule.min_value is None else rule.min_value
+    edges = [v for v in INT_EDGES if v >= low]
+    return st.one_of(st.sampled_from(edges), st.integers(min_value=low, max_value=INT64_MAX))
+
+
+def _floats(non_finite: bool = False) -> st.SearchStrategy[float]:
+    """Any double, the value space's edges (-0.0, subnormals, the largest) drawn often;
+    NaN and the infinities only with ``non_finite``."""
+    edges = (NON_FINITE if non_finite else (-0.0,)) + FLOAT_EDGES
+    drawn = st.floats(allow_nan=non_finite, allow_infinity=non_finite, width=64)
+    return st.one_of(st.sampled_from(edges), drawn)
 
 
 def _bool01() -> st.SearchStrategy[int | None]:
@@ -124,42 +153,21 @@ def identities() -> st.SearchStrategy[dict[str, Any]]:
 
     return st.builds(
         build,
-        _maybe(st.integers(min_value=0, max_value=1023)),
-        _maybe(st.integers(min_value=0, max_value=7)),
-        _maybe(st.integers(min_value=1, max_value=1024)),
+        _maybe(_ints()),
+        _maybe(_ints()),
+        _maybe(_ints()),
         _maybe(st.one_of(st.sampled_from(["node-a", "node-b.cluster.local"]), texts(min_size=1))),
     )
 
 
-def event_stats() -> st.SearchStrategy[dict[str, Any]]:
-    """One ``events[name][device]`` map: is_gpu, duration_ms, cpu_ms, gpu_ms, n_calls."""
-
-    def build(
-        is_gpu: bool | None,
-        duration_ms: float | None,
-        cpu_ms: float | None,
-        gpu_ms: float | None,
-        n_calls: int | None,
-    ) -> dict[str, Any]:
-        return {
-            "is_gpu": is_gpu,
-            "duration_ms": duration_ms,
-            "cpu_ms": cpu_ms,
-            "gpu_ms": gpu_ms,
-            "n_calls": n_calls,
-        }
-
-    return st.builds(
-        build,
-        _maybe(st.booleans()),
-        _maybe(_floats()),
-        _maybe(_floats()),
-        _maybe(_floats()),
-        _maybe(_small_ints()),
+def event_stats(*, non_finite: bool = False) -> st.SearchStrategy[dict[str, Any]]:
+    """One ``events[name][device]`` map, its keys and types read off ``EventStats``."""
+    return st.fixed_dictionaries(
+        {spec.name: _field(spec, non_finite) for spec in field_specs(EventStats)}
     )
 
 
-def events_maps() -> st.SearchStrategy[dict[str, dict[str, Any]]]:
+def events_maps(*, non_finite: bool = False) -> st.SearchStrategy[dict[str, dict[str, Any]]]:
     """``events[name][device]`` maps, often empty."""
     names = st.one_of(
         st.sampled_from(
@@ -169,153 +177,123 @@ def events_maps() -> st.SearchStrategy[dict[str, dict[str, Any]]]:
                 "_traceml_internal:step_time",
             ]
         ),
-        texts(min_size=1),
+        texts(),
     )
-    devices = st.one_of(st.sampled_from(["cpu", "cuda:0", "cuda:1"]), texts(min_size=1))
+    devices = st.one_of(st.sampled_from(["cpu", "cuda:0", "cuda:1"]), texts())
     return st.dictionaries(
-        names, st.dictionaries(devices, event_stats(), min_size=1, max_size=2), max_size=4
+        names,
+        st.dictionaries(devices, event_stats(non_finite=non_finite), min_size=1, max_size=2),
+        max_size=4,
     )
 
 
-def _common(with_rank: bool = True) -> st.SearchStrategy[dict[str, Any]]:
-    def build(
-        ident: dict[str, Any], observed: int, ts: int | None, seq: int | None
-    ) -> dict[str, Any]:
-        out = {"observed_timestamp_unix_ns": observed, **ident, "timestamp_unix_ns": ts, "seq": seq}
-        if not with_rank:
-            del out["rank"]
-        return out
+def _field(spec: FieldSpec, non_finite: bool) -> st.SearchStrategy[Any]:
+    """The values of one field, from its type hint and the contract's rule for it.
 
-    return st.builds(
-        build, identities(), timestamps_ns(), _maybe(timestamps_ns()), _maybe(_small_ints())
-    )
+    Raises:
+        TypeError: the field's type is one this module has no strategy for.
+    """
+    rule = RULES.get(spec.name)
+    kind = spec.kind
+    strategy: st.SearchStrategy[Any]
+    if kind is int:
+        strategy = _ints(rule)
+    elif kind is float:
+        strategy = _floats(non_finite)
+    elif kind is str and spec.name == "line":  # where TraceML's long text comes from
+        strategy = st.one_of(texts(min_size=1), st.just(LONG_LINE))
+    elif kind is str:
+        strategy = texts(min_size=0 if rule is None else rule.min_size or 0)
+    elif kind is bool:
+        strategy = st.booleans()
+    elif is_events(kind):
+        strategy = events_maps(non_finite=non_finite)
+    else:
+        raise TypeError(f"field {spec.name}: no strategy for type {kind!r}")
+    return _maybe(strategy) if spec.nullable else strategy
 
 
-def _record(
-    cls: type[Any], foreign: bool, **fields: st.SearchStrategy[Any]
-) -> st.SearchStrategy[Any]:
+_IDENTITY = ("rank", "global_rank", "local_rank", "world_size", "local_world_size", "node_rank")
+
+
+def _record(cls: type[Any], foreign: bool, non_finite: bool = False) -> st.SearchStrategy[Any]:
+    """Records of ``cls`` with every field drawn from its type hint (``_field``); the
+    identity fields are kept consistent (``identities``) and the nanosecond stamps are
+    19-digit where the field is a timestamp, as TraceML's are."""
     target = foreign_class(cls.STREAM) if foreign else cls
-    with_rank = "rank" in cls.COLUMNS
+    specs = field_specs(cls)
+    fields = {s.name: _field(s, non_finite) for s in specs if s.name not in _IDENTITY}
+    for spec in specs:
+        if spec.name.endswith("timestamp_unix_ns"):
+            stamps = st.one_of(timestamps_ns(), _ints())
+            fields[spec.name] = _maybe(stamps) if spec.nullable else stamps
+    fields.pop("hostname", None)
 
-    def build(common: dict[str, Any], extra: dict[str, Any]) -> Any:
-        values = {**common, **extra}
-        return target(*(values[name] for name in cls.COLUMNS))
+    def build(ident: dict[str, Any], values: dict[str, Any]) -> Any:
+        merged = {**ident, **values}
+        return target(*(merged[name] for name in cls.COLUMNS))
 
-    return st.builds(build, _common(with_rank), st.fixed_dictionaries(fields))
+    return st.builds(build, identities(), st.fixed_dictionaries(fields))
 
 
-def step_time_records(*, foreign: bool = False) -> st.SearchStrategy[StepTimeRecord]:
+def step_time_records(
+    *, foreign: bool = False, non_finite: bool = False
+) -> st.SearchStrategy[StepTimeRecord]:
     """StepTimeRecord: step and a decoded events map."""
-    return _record(StepTimeRecord, foreign, step=_maybe(_small_ints()), events=events_maps())
+    return _record(StepTimeRecord, foreign, non_finite)
 
 
-def step_memory_records(*, foreign: bool = False) -> st.SearchStrategy[StepMemoryRecord]:
+def step_memory_records(
+    *, foreign: bool = False, non_finite: bool = False
+) -> st.SearchStrategy[StepMemoryRecord]:
     """StepMemoryRecord: device, step and the two peaks (bytes, None when absent)."""
-    return _record(
-        StepMemoryRecord,
-        foreign,
-        device=_maybe(st.sampled_from(["cpu", "cuda:0", "cuda:7"])),
-        step=_maybe(_small_ints()),
-        peak_alloc_bytes=_maybe(_floats()),
-        peak_reserved_bytes=_maybe(_floats()),
-    )
+    return _record(StepMemoryRecord, foreign, non_finite)
 
 
-def system_records(*, foreign: bool = False) -> st.SearchStrategy[SystemRecord]:
+def system_records(
+    *, foreign: bool = False, non_finite: bool = False
+) -> st.SearchStrategy[SystemRecord]:
     """SystemRecord (no rank field)."""
-    return _record(
-        SystemRecord,
-        foreign,
-        cpu_percent=_maybe(_floats()),
-        ram_used_bytes=_maybe(_floats()),
-        ram_total_bytes=_maybe(_floats()),
-        gpu_available=_bool01(),
-        gpu_count=_maybe(st.integers(min_value=0, max_value=16)),
-    )
+    return _record(SystemRecord, foreign, non_finite)
 
 
-def system_gpu_records(*, foreign: bool = False) -> st.SearchStrategy[SystemGpuRecord]:
+def system_gpu_records(
+    *, foreign: bool = False, non_finite: bool = False
+) -> st.SearchStrategy[SystemGpuRecord]:
     """SystemGpuRecord (no rank field; gpu_idx never None)."""
-    return _record(
-        SystemGpuRecord,
-        foreign,
-        gpu_idx=st.integers(min_value=0, max_value=15),
-        util=_maybe(_floats()),
-        mem_used_bytes=_maybe(_floats()),
-        mem_total_bytes=_maybe(_floats()),
-        temperature_c=_maybe(_floats()),
-        power_usage_w=_maybe(_floats()),
-        power_limit_w=_maybe(_floats()),
-    )
+    return _record(SystemGpuRecord, foreign, non_finite)
 
 
-def process_records(*, foreign: bool = False) -> st.SearchStrategy[ProcessRecord]:
+def process_records(
+    *, foreign: bool = False, non_finite: bool = False
+) -> st.SearchStrategy[ProcessRecord]:
     """ProcessRecord: CPU, RAM and the process's GPU memory."""
-    return _record(
-        ProcessRecord,
-        foreign,
-        cpu_percent=_maybe(_floats()),
-        cpu_logical_core_count=_maybe(st.integers(min_value=1, max_value=512)),
-        ram_used_bytes=_maybe(_floats()),
-        ram_total_bytes=_maybe(_floats()),
-        gpu_available=_bool01(),
-        gpu_count=_maybe(st.integers(min_value=0, max_value=16)),
-        gpu_device_index=_maybe(st.integers(min_value=0, max_value=15)),
-        gpu_mem_used_bytes=_maybe(_floats()),
-        gpu_mem_reserved_bytes=_maybe(_floats()),
-        gpu_mem_total_bytes=_maybe(_floats()),
-    )
+    return _record(ProcessRecord, foreign, non_finite)
 
 
 def runtime_environment_records(
-    *, foreign: bool = False
+    *, foreign: bool = False, non_finite: bool = False
 ) -> st.SearchStrategy[RuntimeEnvironmentRecord]:
     """RuntimeEnvironmentRecord: pid, topology, torch.distributed state, strategy."""
-    return _record(
-        RuntimeEnvironmentRecord,
-        foreign,
-        pid=_maybe(st.integers(min_value=1, max_value=4_194_304)),
-        topology=_maybe(st.sampled_from(["single_process", "multi_node_multi_process"])),
-        distributed_initialized=_bool01(),
-        distributed_backend=_maybe(st.sampled_from(["nccl", "gloo"])),
-        training_strategy=_maybe(st.sampled_from(["ddp", "fsdp", "single"])),
-        strategy_source=_maybe(st.sampled_from(["runtime_model", "env"])),
-        strategy_confidence=_maybe(st.sampled_from(["high", "low"])),
-    )
+    return _record(RuntimeEnvironmentRecord, foreign, non_finite)
 
 
-def stdout_stderr_records(*, foreign: bool = False) -> st.SearchStrategy[StdoutStderrRecord]:
+def stdout_stderr_records(
+    *, foreign: bool = False, non_finite: bool = False
+) -> st.SearchStrategy[StdoutStderrRecord]:
     """StdoutStderrRecord: only observed stamp, rank, timestamp and a non-empty line."""
-    target = foreign_class("stdout_stderr") if foreign else StdoutStderrRecord
-    return st.builds(
-        target,
-        observed_timestamp_unix_ns=timestamps_ns(),
-        rank=_maybe(st.integers(min_value=0, max_value=1023)),
-        timestamp_unix_ns=_maybe(timestamps_ns()),
-        line=texts(min_size=1),
-    )
-
-
-_BY_STREAM: dict[str, Callable[..., st.SearchStrategy[Any]]] = {
-    "step_time": step_time_records,
-    "step_memory": step_memory_records,
-    "system": system_records,
-    "system_gpu": system_gpu_records,
-    "process": process_records,
-    "runtime_environment": runtime_environment_records,
-    "stdout_stderr": stdout_stderr_records,
-}
+    return _record(StdoutStderrRecord, foreign, non_finite)
 
 
 def records(
-    streams: Collection[str] | None = None, *, foreign: bool = False
+    streams: Collection[str] | None = None, *, foreign: bool = False, non_finite: bool = False
 ) -> st.SearchStrategy[Record]:
-    """A record of any of ``streams`` (STREAM names; None means all seven)."""
+    """A record of any of ``streams`` (STREAM names; None means every record class)."""
     names = ALL_STREAMS if streams is None else tuple(streams)
     unknown = [name for name in names if name not in RECORD_TYPE_BY_STREAM]
     if unknown or not names:
         raise ValueError(f"streams must name some of {', '.join(ALL_STREAMS)}; got {list(names)!r}")
-    return st.one_of([_BY_STREAM[name](foreign=foreign) for name in names])
+    return st.one_of([_record(RECORD_TYPE_BY_STREAM[n], foreign, non_finite) for n in names])
 
 
 @st.composite
@@ -325,9 +303,12 @@ def _batches(
     foreign: bool,
     min_size: int,
     max_size: int,
+    non_finite: bool,
 ) -> list[Any]:
     items: st.SearchStrategy[list[Any]] = st.lists(
-        records(streams, foreign=foreign), min_size=min_size, max_size=max_size
+        records(streams, foreign=foreign, non_finite=non_finite),
+        min_size=min_size,
+        max_size=max_size,
     )
     batch: list[Any] = draw(items)
     duplicate: bool = draw(st.booleans())
@@ -343,6 +324,7 @@ def record_batches(
     foreign: bool = False,
     min_size: int = 1,
     max_size: int = 20,
+    non_finite: bool = False,
 ) -> st.SearchStrategy[list[Record]]:
     """A write batch: records of several streams interleaved, sometimes with a duplicate."""
-    return _batches(streams, foreign, min_size, max_size)
+    return _batches(streams, foreign, min_size, max_size, non_finite)

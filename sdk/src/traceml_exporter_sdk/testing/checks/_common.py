@@ -1,4 +1,4 @@
-"""Batches of the sample corpus, as the checks feed them to an exporter."""
+"""Batches of the sample corpus and the value space, as the checks feed them to an exporter."""
 
 from __future__ import annotations
 
@@ -6,14 +6,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...streams import parse_export_streams
-from ..corpus import corpus_batches
+from ..corpus import corpus_batches, value_space_batches
 
 __all__ = ["corpus", "merged"]
 
 
 def corpus(streams: str = "all") -> list[list[Any]]:
-    """The sample corpus as record batches, one per payload, for an export_streams value."""
-    return corpus_batches(parse_export_streams(streams))
+    """The sample corpus as record batches, one per payload, then the value space's
+    generated records (every nullable None, every finite edge value), for an
+    export_streams value."""
+    selected = parse_export_streams(streams)
+    return corpus_batches(selected) + value_space_batches(selected)
 
 
 def merged(batches: Sequence[Sequence[Any]], per: int) -> list[list[Any]]:

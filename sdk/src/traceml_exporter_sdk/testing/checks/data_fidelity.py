@@ -6,7 +6,7 @@ import pytest
 
 from .. import _compare as cmp
 from .._harness import CallLog, Run
-from ..corpus import corpus_batches, hostile_batches
+from ..corpus import corpus_batches, hostile_batches, non_finite_batches
 from ..environment import NO_READ_BACK, Env
 from ..registry import CheckGroup
 from ._common import corpus, merged
@@ -147,6 +147,30 @@ def check_hostile_text(env: Env) -> None:
     problems = cmp.meta_problems(actual) + cmp.multiset_problems(expected, actual)
     assert not problems, "hostile text did not read back as written:\n" + "\n".join(
         p.encode("utf-8", "backslashreplace").decode("utf-8") for p in problems
+    )
+
+
+@GROUP.check(needs_read_back=True)
+def check_special_floats(env: Env) -> None:
+    """Rule: -0.0, NaN, +inf and -inf in every float field (and in events stats) are
+    written without an error and read back as they were, bit for bit; a sink that keeps
+    NaN as null makes a measured NaN look unavailable.
+
+    Kept apart from the other checks' records so that a sink whose format has none of
+    them (JSON writes NaN as null; SQLite stores NaN as NULL; a JSON or SQL numeric has
+    no -0.0) fails this check by name and can declare it in ``skip_checks`` with its
+    reason.
+
+    Contract: "An unavailable value remains None; a measured zero remains 0."
+    """
+    context = env.context()
+    run = env.worker(context, non_finite_batches())
+    env.assert_clean(run, "records with -0.0, NaN and infinities")
+    actual = env.require_read_back(context)
+    expected = env.expected(run.log.written(), context)
+    problems = cmp.meta_problems(actual) + cmp.multiset_problems(expected, actual)
+    assert not problems, "-0.0, NaN or an infinity did not read back as written:\n" + "\n".join(
+        problems
     )
 
 

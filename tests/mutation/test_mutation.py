@@ -1,0 +1,137 @@
+"""The mutator, the reviewed survivors list, and a fixed sample of ``nox -s mutation`` (CI).
+
+The whole session mutates every module of the jsonl exporter and of the baked sqlite
+and parquet sinks (``default=False``: it takes the better part of an hour on two
+cores); here a few fixed jsonl mutants run through the same code, so CI sees the
+suite kill them and the reviewed list still name a survivor rightly.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import run  # noqa: E402
+from mutants import mutants  # noqa: E402
+
+JSONL = run.ROOT / "sdk" / "src" / "traceml_exporter_sdk" / "jsonl.py"
+
+SAMPLE_KILLED = (
+    "jsonl.py:JsonlExporter._write:delete:14",  # a record's line is never written
+    "jsonl.py:JsonlExporter.flush:reraise:1",  # a failing flush no longer releases its files
+    "jsonl.py:JsonlExporter._start_files:compare:1",  # unselected streams pass
+)
+"""Mutants the suite alone must kill (each breaks a rule of the contract)."""
+SAMPLE_SURVIVOR = "jsonl.py:<module>:constant:3"
+"""A reviewed equivalent mutant (a file buffer twice as large): it must survive both runs."""
+
+SOURCE = '''
+"""Docstring."""
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    import os
+__all__ = ["f"]
+
+
+def f(a: int, b: list[int]) -> int:
+    """Its docstring."""
+    total = 0
+    for x in b:
+        if x < a and not x == 3:
+            total += x * 2
+        else:
+            break
+    try:
+        total = total // a
+    except ZeroDivisionError:
+        total = -1
+    if total is None:
+        raise ValueError("never a mutated message")
+    return total
+'''
+
+
+@pytest.fixture
+def module(tmp_path: Path) -> Path:
+    path = tmp_path / "sample.py"
+    path.write_text(SOURCE, encoding="utf-8")
+    return path
+
+
+def test_every_operator_gives_code_that_compiles_and_differs(module: Path) -> None:
+    found = list(mutants(module))
+    original = ast.dump(ast.parse(SOURCE))
+    for mutant in found:
+        compile(mutant.source, mutant.id, "exec")
+        assert ast.dump(ast.parse(mutant.source)) != original, mutant.id
+    operators = {m.id.split(":")[2] for m in found}
+    assert operators == {
+        "compare", "arith", "boolean", "constant", "delete", "return", "handler", "reraise", "loop"
+    }  # fmt: skip
+    assert len({m.id for m in found}) == len(found)
+
+
+def test_docstrings_type_checking_all_and_messages_are_left_alone(module: Path) -> None:
+    changed = [m.description for m in mutants(module)]
+    text = " ".join(changed)
+    for untouched in ("Docstring", "Its docstring", "import os", "__all__"):
+        assert untouched not in text
+    assert "XX" not in text  # the raise's message is never mutated (the raise may be deleted)
+
+
+def test_ids_name_the_function_and_survive_edits_elsewhere(module: Path) -> None:
+    before = {m.id: m.description for m in mutants(module)}
+    module.write_text(SOURCE + "\n\ndef g():\n    return 1 + 2\n", encoding="utf-8")
+    after = {m.id: m.description for m in mutants(module)}
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert "sample.py:f:compare:1" in before
+    assert before["sample.py:f:compare:1"] == "`x < a` -> `x <= a`"
+
+
+def test_the_reviewed_list_names_only_mutants_that_exist_with_a_class_and_reason() -> None:
+    data = tomllib.loads(run.SURVIVORS.read_text(encoding="utf-8"))
+    assert set(data) <= {"jsonl", "sqlite", "parquet"}
+    reviewed = run.load_reviewed("jsonl")
+    assert reviewed, "the jsonl exporter's survivors are reviewed"
+    ids = {m.id for m in mutants(JSONL, label="jsonl.py")}
+    assert sorted(set(reviewed) - ids) == []
+
+
+def test_scores_count_the_classes() -> None:
+    sample = next(m for m in mutants(JSONL, label="jsonl.py"))
+    reviewed = {"a": ("equivalent", "x"), "b": ("format", "y"), "c": ("contract", "z")}
+    score = run.Score()
+    outcomes = [
+        run.Outcome(sample, "jsonl.py", "killed"),
+        run.Outcome(sample.__class__("a", 1, "", ""), "jsonl.py", "survived", "survived"),
+        run.Outcome(sample.__class__("b", 1, "", ""), "jsonl.py", "survived", "killed"),
+        run.Outcome(sample.__class__("c", 1, "", ""), "jsonl.py", "survived", "survived"),
+        run.Outcome(sample.__class__("d", 1, "", ""), "jsonl.py", "survived", "survived"),
+    ]
+    for outcome in outcomes:
+        score.add(outcome, reviewed)
+    assert (score.mutants, score.suite_killed, score.killed) == (5, 1, 2)
+    assert (score.equivalent, score.contract, score.non_equivalent) == (1, 2, 4)
+    assert score.unreviewed == ["d"]
+    assert score.suite_score == 0.5
+
+
+def test_a_fixed_sample_is_killed_by_the_suite_and_a_reviewed_survivor_survives(
+    tmp_path: Path,
+) -> None:
+    before = JSONL.read_text(encoding="utf-8")
+    target = run.jsonl_target()
+    selected = run.select(target, [*SAMPLE_KILLED, SAMPLE_SURVIVOR])
+    assert len(selected) == len(SAMPLE_KILLED) + 1
+    outcomes = {o.mutant.id: o for o in run.run_all(target, selected, 2, tmp_path, (600, 600))}
+    assert [i for i in SAMPLE_KILLED if not outcomes[i].killed_by_suite] == []
+    survivor = outcomes[SAMPLE_SURVIVOR]
+    assert (survivor.suite, survivor.own) == ("survived", "survived")
+    assert run.load_reviewed("jsonl")[SAMPLE_SURVIVOR][0] == "equivalent"
+    assert JSONL.read_text(encoding="utf-8") == before  # mutants live in the workers' copies
