@@ -44,6 +44,7 @@ DEPENDENCY_MODULES = frozenset(
         "google_crc32c", "tensorboard", "mlflow", "mlflow_server",
         # folder names a project has, where a package of that name would be confused
         "tests", "conftest", "src", "sink_support", "exporter_calls", "crash_driver",
+        "suite_helpers",
     }
 )  # fmt: skip
 """Import names a package may not take: the generated project, or its tests, import them."""

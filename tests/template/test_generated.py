@@ -48,6 +48,7 @@ COMMON_FILES = [
     "tests/conftest.py",
     "tests/exporter_calls.py",
     "tests/sink_support.py",
+    "tests/suite_helpers.py",
     "tests/test_conformance.py",
     "tests/test_exporter.py",
     "tests/test_lifecycle.py",

@@ -447,7 +447,9 @@ def test_each_sink_declares_the_suite_hooks_its_sink_support_defines(kind: str) 
     assert "read_export" in defined
     assert set(declared) == defined & SUITE_HOOKS
     assert ("break_sink" in declared) == ("broken_context" in declared)
-    assert ("SKIP_CHECKS" in declared) == ("expected_export" in declared)
+    # a sink that keeps aggregates skips the record-level checks; others may skip a check
+    # for a declared limitation (NaN in JSON), with no expected_export
+    assert "expected_export" not in declared or "SKIP_CHECKS" in declared
 
 
 def test_every_exporter_is_a_lifecycle_and_only_it_keeps_the_state() -> None:

@@ -26,8 +26,8 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
-from exporter_calls import RECORD_LEVEL_CHECKS
 from mlflow_server import MlflowServer, MlflowUnavailableError, free_port, require_mlflow
+from suite_helpers import RECORD_LEVEL_CHECKS
 from traceml_exporter_sdk import ExporterContext, ExportRecord
 from traceml_exporter_sdk.testing import ReadBackNotImplementedError
 

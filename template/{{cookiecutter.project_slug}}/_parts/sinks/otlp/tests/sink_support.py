@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
-from exporter_calls import closed_port_url, only_variables
+from suite_helpers import closed_port_url, only_variables
 from traceml_exporter_sdk import ExporterContext
 from traceml_exporter_sdk.records import RECORD_TYPE_BY_STREAM
 from traceml_exporter_sdk.testing.otlp_receiver import Fault, OtlpReceiver

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 from exporter_calls import (
-    closed_port_url,
     is_permanent,
     one_folder_named_two_ways,
     run,
@@ -31,6 +30,7 @@ from exporter_calls import (
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from sink_support import ENDPOINT_VARIABLE, read_export
+from suite_helpers import closed_port_url
 from traceml_exporter_sdk import (
     ExporterContext,
     ExportRecord,

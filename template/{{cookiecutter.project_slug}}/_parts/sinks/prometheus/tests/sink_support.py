@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from exporter_calls import RECORD_LEVEL_CHECKS, closed_port_url, only_variables
+from suite_helpers import RECORD_LEVEL_CHECKS, closed_port_url, only_variables
 from traceml_exporter_sdk import ExporterContext, ExportRecord
 from traceml_exporter_sdk.testing.prometheus_server import (
     MetricsServer,

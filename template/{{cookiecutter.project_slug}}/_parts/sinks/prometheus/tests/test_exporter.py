@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exporter_calls import closed_port_url, is_permanent, one_folder_named_two_ways, run
+from exporter_calls import is_permanent, one_folder_named_two_ways, run
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from sink_support import (
@@ -30,6 +30,7 @@ from sink_support import (
     read_values,
     selector,
 )
+from suite_helpers import closed_port_url
 from traceml_exporter_sdk import (
     ExporterContext,
     ExportRecord,
