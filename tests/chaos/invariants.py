@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .driver import SCRAPE_S, Observation, Segment
+from .driver import PASSED, SCRAPE_S, Observation, Segment
 
 __all__ = ["RSS_CEILING_KB", "TOLERANCE_S", "Violation", "check"]
 
@@ -289,9 +289,10 @@ def _exit_codes(obs: Observation) -> Iterator[Violation]:
 
 
 def _had(obs: Observation, segment: Segment, run: str, before: float) -> bool:
-    """``segment``'s follower had found ``run`` before ``before``: its progress lines name
-    it, or its /metrics showed it."""
-    return f"follow {run}: " in segment.err or any(
+    """``segment``'s follower followed ``run`` before ``before``: its progress lines name
+    it (not to pass it over), or its /metrics showed it."""
+    said = re.search(rf"follow {re.escape(run)}: (?!{PASSED})", segment.err)  # not passed over
+    return said is not None or any(
         s["segment"] == segment.index and s["t"] < before and _has_series(s, run)
         for s in obs.scrapes
     )

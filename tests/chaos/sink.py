@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,7 +58,7 @@ def open_store(folder: Path) -> sqlite3.Connection:
 def set_mode(folder: Path, mode: str, run: str | None = None) -> None:
     """Flip the switch (atomically): of every run, or of ``run`` alone (``None`` mode: remove)."""
     path = folder / (f"switch.{run}" if run else "switch")
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(mode, encoding="utf-8")
     os.replace(tmp, path)
 
