@@ -4,7 +4,9 @@ Every check is its own test (``pytest -k <check>`` runs one); the rules are list
 ``_contract.py``. What only the sink knows comes from ``sink_support.py``:
 ``read_export(context)``, which turns the data-fidelity checks on, and, for a sink the
 suite's defaults cannot break (one that does not live under ``export_dir``),
-``break_sink(context)`` and ``broken_context(context)``. A sink that does not keep
+``break_sink(context)`` (a fault that may pass), ``repair_sink(context)`` (its end) and
+``broken_context(context)``; ``break_sink_permanently(context)`` (a fault waiting cannot
+fix: credentials refused, a schema the sink refuses) where the sink has one. A sink that does not keep
 records as records (a metrics store keeps series, MLflow keeps metric points) also
 defines ``SKIP_CHECKS`` (the suite's checks it cannot pass, with the reason; each skip
 says ``SKIP_CHECKS['<check>']``, the only skips the template's own tests accept) and
@@ -69,6 +71,16 @@ class Test{{ cookiecutter.exporter_class }}(ExporterConformance):
         own: Callable[[ExporterContext], None] | None
         own = getattr(sink_support, "break_sink", None)
         (own or super().break_sink)(context)
+
+    def repair_sink(self, context: ExporterContext) -> None:
+        own: Callable[[ExporterContext], None] | None
+        own = getattr(sink_support, "repair_sink", None)
+        (own or super().repair_sink)(context)
+
+    if hasattr(sink_support, "break_sink_permanently"):  # a fault waiting cannot fix
+
+        def break_sink_permanently(self, context: ExporterContext) -> None:
+            sink_support.break_sink_permanently(context)
 
 
 def test_records_of_other_classes_are_written_the_same(
