@@ -358,13 +358,14 @@ def check_new_instance_after_outage(env: Env) -> None:
         error = second.report.failure.error
         left = leftover_files(context.session_root)
         method = second.report.failure.method
+        did = "refused in open" if method == "open" else f"failed in {method}"
+        leftover = f" ({', '.join(left)} left by the failed one)" if left else ""
         pytest.fail(
-            f"a new instance {'refused in open' if method == 'open' else 'failed in ' + method} "
-            f"after a failure: {error}"
-            + (f"; {', '.join(left)} left by the failed one" if left else "")
-            + f" ({what}). `follow` makes a new instance once the sink is back: a failing "
-            "method releases what it holds (lock files and temporary files included) "
-            "before it raises, and open accepts what an earlier instance left",
+            f"a new instance {did} after a failure{leftover}: the exporter failed in "
+            f"{method}: {error}\n{what[0].upper()}{what[1:]}. `follow` makes a new instance "
+            "once the sink is back: a failing method releases what it holds (lock files "
+            "and temporary files included) before it raises, and open accepts what an "
+            "earlier instance left",
             pytrace=False,
         )
     env.assert_clean(second, f"a new instance {what}")

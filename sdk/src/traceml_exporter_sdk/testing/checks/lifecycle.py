@@ -155,6 +155,7 @@ def _restart(env: Env, context: ExporterContext, first: Sequence[Any], what: str
             )
         return []
     env.assert_clean(second, f"a second instance {what}, on the same context")
+    second.before.wait_released([second.thread], grace=env.grace)  # stragglers: elsewhere
     written = list(second.log.written())
     actual = env.read_back(context)
     if actual is not None:
@@ -472,12 +473,12 @@ def check_restart_after_kill(env: Env) -> None:
         assert third.report is not None
         assert third.report.failure is not None
         leftovers = leftover_files(context.session_root)
+        left = f" ({', '.join(leftovers)} left by the killed one)" if leftovers else ""
         pytest.fail(
-            "a new instance refused in open after a kill: "
-            f"{third.report.failure.error}"
-            + (f"; {', '.join(leftovers)} left by the killed one" if leftovers else "")
-            + ". A killed process cleans nothing up: a lock must go with its process "
-            "(an flock, not a file that exists), and open must accept what a kill leaves",
+            f"a new instance refused in open after a kill{left}: the exporter failed in "
+            f"open: {third.report.failure.error}\nA killed process cleans nothing up: a "
+            "lock must go with its process (an flock, not a file that exists), and open "
+            "must accept what a kill leaves",
             pytrace=False,
         )
     env.assert_clean(third, "a new instance on the folder of two killed ones")
