@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..context import ExporterContext
+from ._lanes import lane_base
 
 __all__ = ["Killed", "Moment", "kill_child"]
 
@@ -30,14 +31,15 @@ _CHILD = r"""
 import sys, threading, time
 from traceml_exporter_sdk.context import ExporterContext
 from traceml_exporter_sdk.factory import resolve_factory
-from traceml_exporter_sdk.testing._lanes import lane_batches
+from traceml_exporter_sdk.testing.corpus import corpus_batches
 
 spec, root, streams, hostname, moment, flushed, unflushed = sys.argv[1:]
 WRITING_PASSES = 5
 context = ExporterContext.create(root, streams, hostname == "1")
 exporter = resolve_factory(spec)(context)
-first = [r for batch in lane_batches(int(flushed), context.streams) for r in batch]
-loop = lane_batches(int(unflushed), context.streams)
+selected = context.streams
+first = [r for b in corpus_batches(selected, observed_base_ns=int(flushed)) for r in b]
+loop = corpus_batches(selected, observed_base_ns=int(unflushed))
 
 def run():
     exporter.open()
@@ -99,8 +101,8 @@ def kill_child(
         export_streams,
         "1" if context.include_hostname else "0",
         moment,
-        str(flushed),
-        str(unflushed),
+        str(lane_base(flushed)),
+        str(lane_base(unflushed)),
     ]
     with tempfile.TemporaryFile() as stderr:
         child = subprocess.Popen(

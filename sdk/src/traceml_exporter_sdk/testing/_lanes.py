@@ -22,7 +22,7 @@ from . import _compare as cmp
 from ._harness import WORKER_THREAD, CallLog, Factory, _paced, _wait_for, recording_factory
 from .corpus import OBSERVED_BASE_NS, corpus_batches
 
-__all__ = ["SPAN_NS", "Lane", "lane_batches", "origins"]
+__all__ = ["SPAN_NS", "Lane", "lane_base", "lane_batches", "origins"]
 
 SPAN_NS = 1_000_000
 """Each lane's records are stamped within ``[base, base + SPAN_NS)``."""
