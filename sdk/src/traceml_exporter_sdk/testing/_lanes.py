@@ -21,8 +21,18 @@ from ..worker import ExportReport, ExportWorker
 from . import _compare as cmp
 from ._harness import WORKER_THREAD, CallLog, Factory, _paced, _wait_for, recording_factory
 from .corpus import OBSERVED_BASE_NS, corpus_batches
+from .environment import Env
 
-__all__ = ["SPAN_NS", "Lane", "lane_base", "lane_batches", "origins"]
+__all__ = [
+    "SPAN_NS",
+    "Lane",
+    "as_traceml_run",
+    "lane_base",
+    "lane_batches",
+    "lane_of",
+    "origins",
+    "run_problems",
+]
 
 SPAN_NS = 1_000_000
 """Each lane's records are stamped within ``[base, base + SPAN_NS)``."""
@@ -52,6 +62,47 @@ def origins(actual: cmp.ReadBack, lanes: Mapping[int, str]) -> Counter[str]:
                 index = index - 1 if offset < SPAN_NS else None
             found[lanes.get(index, "?") if index is not None else "?"] += 1
     return found
+
+
+def lane_of(row: Mapping[str, Any], lanes: Mapping[int, str]) -> str:
+    """The label of the lane that wrote ``row`` (``"?"``: none)."""
+    return next(iter(origins({"": [dict(row)]}, lanes)))
+
+
+def run_problems(
+    env: Env, run: str, context: ExporterContext, own: Sequence[Any], lanes: Mapping[int, str]
+) -> list[str]:
+    """How run ``run``'s read-back differs from exactly ``own`` (its instances' records),
+    in the reader's terms: another run's records in it, its own missing."""
+    actual = env.read_back(context)
+    if actual is None:
+        return []
+    if env.aggregating:
+        problems = env.delivery_problems(own, context, actual)
+        return (
+            [f"run {run}'s export is not exactly its own records:", *problems] if problems else []
+        )
+    found = origins(actual, lanes)  # a sink that stamps its own observed time: all "?"
+    out = [
+        f"run {other}'s records are in run {run}'s export ({count} of them)"
+        for other, count in sorted(found.items())
+        if other not in (run, "?")
+    ]
+    if not out:
+        problems = env.delivery_problems(own, context, actual)
+        if problems:
+            out = [f"run {run}'s export lacks some of its own records:", *problems]
+    return out
+
+
+def as_traceml_run(context: ExporterContext) -> ExporterContext:
+    """``context``, its folder laid out as a TraceML 0.5.0 run that ``follow`` follows: its
+    manifest, its database and the follower's own folder are there before the exporter."""
+    root = context.session_root
+    (root / "manifest.json").write_text('{"telemetry_status": "running"}\n', "utf-8")
+    (root / "aggregator" / "follow").mkdir(parents=True)
+    (root / "aggregator" / "telemetry").write_bytes(b"")
+    return context
 
 
 class Lane:

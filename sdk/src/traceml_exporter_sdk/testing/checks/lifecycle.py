@@ -11,7 +11,7 @@ import pytest
 
 from ...context import ExporterContext
 from .._kill import Moment, kill_child
-from .._lanes import Lane, lane_batches, origins
+from .._lanes import Lane, as_traceml_run, lane_batches, lane_of, origins, run_problems
 from .._records import PoisonedRecord
 from .._resources import file_states, leftover_files, lost_files, tree_digest
 from ..environment import Env
@@ -297,43 +297,6 @@ _RUNS = (("A", "logs-a/run"), ("B", "logs-b/run"), ("C", "logs-a/run-c"))
 folders), C sits beside A."""
 
 
-def _run_problems(
-    env: Env, run: str, context: ExporterContext, own: Sequence[Any], lanes: Mapping[int, str]
-) -> list[str]:
-    """How run ``run``'s read-back differs from exactly ``own`` (its instances' records),
-    in the reader's terms: another run's records in it, its own missing."""
-    actual = env.read_back(context)
-    if actual is None:
-        return []
-    if env.aggregating:
-        problems = env.delivery_problems(own, context, actual)
-        return (
-            [f"run {run}'s export is not exactly its own records:", *problems] if problems else []
-        )
-    found = origins(actual, lanes)  # a sink that stamps its own observed time: all "?"
-    out = [
-        f"run {other}'s records are in run {run}'s export ({count} of them)"
-        for other, count in sorted(found.items())
-        if other not in (run, "?")
-    ]
-    if not out:
-        problems = env.delivery_problems(own, context, actual)
-        if problems:
-            out = [f"run {run}'s export lacks some of its own records:", *problems]
-    return out
-
-
-def _run_folder(env: Env, name: str) -> ExporterContext:
-    """A context on a folder laid out as a TraceML 0.5.0 run that ``follow`` follows: its
-    manifest, its database and the follower's own folder are there before the exporter."""
-    context = env.context(name=name)
-    root = context.session_root
-    (root / "manifest.json").write_text('{"telemetry_status": "running"}\n', "utf-8")
-    (root / "aggregator" / "follow").mkdir(parents=True)
-    (root / "aggregator" / "telemetry").write_bytes(b"")
-    return context
-
-
 @GROUP.check
 def check_instances_side_by_side(env: Env) -> None:
     """Rule: instances of different runs live side by side in one process: each run's
@@ -354,7 +317,7 @@ def check_instances_side_by_side(env: Env) -> None:
     streams = env.context().streams
     batches = {run: merged(lane_batches(i, streams), 4) for i, (run, _) in enumerate(_RUNS)}
     lanes = {i: run for i, (run, _) in enumerate(_RUNS)}
-    contexts = {run: _run_folder(env, folder) for run, folder in _RUNS}
+    contexts = {run: as_traceml_run(env.context(name=folder)) for run, folder in _RUNS}
     made = {run: Lane(env.factory, contexts[run], run) for run, _ in _RUNS}
     live = dict(made)
     events: list[str] = []
@@ -390,7 +353,7 @@ def check_instances_side_by_side(env: Env) -> None:
         "C": made["C"].log.written(),
     }
     for run, _ in _RUNS:
-        problems += _run_problems(env, run, contexts[run], own[run], lanes)
+        problems += run_problems(env, run, contexts[run], own[run], lanes)
     assert not problems, (
         "instances of different runs in one process (as `follow --logs-dir` runs them) "
         "disturbed each other:\n" + "\n".join(problems) + "\nKeep every piece of state on "
@@ -509,7 +472,7 @@ def check_restart_after_kill(env: Env) -> None:
         ]
     else:
         kept = {
-            stream: [row for row in rows if _lane_of(row, lanes) != "unflushed"]
+            stream: [row for row in rows if lane_of(row, lanes) != "unflushed"]
             for stream, rows in actual.items()
         }
         problems = env.delivery_problems(required, context, kept)
@@ -519,7 +482,3 @@ def check_restart_after_kill(env: Env) -> None:
         "new instance is readable"
         ":\n" + "\n".join(problems)
     )
-
-
-def _lane_of(row: Mapping[str, Any], lanes: Mapping[int, str]) -> str:
-    return next(iter(origins({"": [dict(row)]}, lanes)))
