@@ -280,3 +280,31 @@ class CredentialsUnmarked(Credentials):
 
 def make_credentials_unmarked(context: Any) -> CredentialsUnmarked:
     return CredentialsUnmarked(context)
+
+
+# -- causes: a restart whose read-back holds more than was written ---------------------------
+
+_SEEN: dict[str, list[tuple[str, str]]] = {}
+
+
+class ReplaysOnRestart(Good):
+    """Keeps every line it wrote in a module-level cache keyed by the run folder, and writes
+    the cache again when it opens on that folder ("to make each part whole"): a restart
+    shows the first instance's records twice."""
+
+    def open(self) -> None:
+        super().open()
+        self.cache = _SEEN.setdefault(str(self.context.session_root), [])
+        for stream, line in self.cache:
+            if stream in self.files:
+                self.files[stream].write(line)
+
+    def put(self, records: Any) -> None:
+        for record in records:
+            line = self.line(record)
+            self.cache.append((record.STREAM, line))
+            self.files[record.STREAM].write(line)
+
+
+def make_replays_on_restart(context: Any) -> ReplaysOnRestart:
+    return ReplaysOnRestart(context)

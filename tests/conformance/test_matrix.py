@@ -207,6 +207,13 @@ MATRIX: dict[str, frozenset[str]] = {
     "broken_runners:make_oserror_permanent": ids("transient_fault_not_permanent"),
     "broken_runners:make_credentials_unmarked": ids("permanent_fault_marked"),
     "broken_runners:make_credentials": frozenset(),  # marks the refusal: passes everything
+    # every restart shows the first instance's records twice
+    "broken_runners:make_replays_on_restart": ids(
+        "two_instances_in_sequence",
+        "restart_after_failure",
+        "restart_with_other_streams",
+        "new_instance_after_outage",
+    ),
     # throughput, importability
     "broken_exporters:make_slow": ids("records_per_second"),
     "broken_path_dependent:make_exporter": ids("fresh_subprocess"),
@@ -227,6 +234,8 @@ CAUSES = {
 WRONG_CAUSES = {
     "broken_delivery:make_one_row_per_key": ("interleaved_streams", "landed under another"),
     "broken_delivery:make_clock_stamped": ("foreign_record_classes", "isinstance"),
+    # more records came back than were written: nothing of the first instance was lost
+    "broken_runners:make_replays_on_restart": ("two_instances_in_sequence", "lost what"),
 }
 
 # The broken exporters write JSON with the standard library, which a busy

@@ -14,7 +14,7 @@ from .._harness import WORKER_THREAD, CallLog, recording_factory
 from .._resources import Snapshot, describe_threads, leftover_files, open_fds
 from ..environment import NO_PERMANENT_FAULT, Env, failure_hint
 from ..registry import CheckGroup
-from ._common import corpus, merged
+from ._common import corpus, difference, merged
 
 GROUP = CheckGroup("failure_behaviour")
 
@@ -372,10 +372,11 @@ def check_new_instance_after_outage(env: Env) -> None:
     actual = env.read_back(context)
     if actual is None:
         return
-    problems = env.delivery_problems([*acked, *second.log.written()], context, actual)
+    records = [*acked, *second.log.written()]
+    problems = env.delivery_problems(records, context, actual)
     assert not problems, (
-        f"a new instance {what} did not leave everything readable (what the first "
-        "flushed before the break, and what the new one wrote):\n" + "\n".join(problems)
+        f"a new instance {what}: of what the first flushed before the break and what the "
+        f"new one wrote, {difference(env, records, context, actual)}:\n" + "\n".join(problems)
     )
 
 

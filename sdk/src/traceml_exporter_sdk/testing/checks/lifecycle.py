@@ -16,7 +16,7 @@ from .._records import PoisonedRecord
 from .._resources import file_states, leftover_files, lost_files, tree_digest
 from ..environment import Env
 from ..registry import CheckGroup
-from ._common import corpus, merged
+from ._common import corpus, difference, merged
 
 GROUP = CheckGroup("lifecycle")
 
@@ -395,11 +395,12 @@ def check_restart_with_other_streams(env: Env) -> None:
     if actual is None:
         return
     problems = env.delivery_problems([*first.log.written(), *second.log.written()], context, actual)
+    records = [*first.log.written(), *second.log.written()]
     assert not problems, (
-        "after a restart with another stream selection (step_time, then all) not every "
-        "record of both instances is readable:\n" + "\n".join(problems) + "\nA run's "
-        "streams are not fixed at its first open: `follow` may be started again with "
-        "another --streams"
+        "after a restart with another stream selection (step_time, then all), "
+        f"{difference(env, records, context, actual)}:\n" + "\n".join(problems) + "\nA "
+        "run's streams are not fixed at its first open: `follow` may be started again "
+        "with another --streams"
     )
 
 
@@ -478,7 +479,6 @@ def check_restart_after_kill(env: Env) -> None:
         problems = env.delivery_problems(required, context, kept)
     assert not problems, (
         "after a kill right after a flush and one in the middle of a write, a new instance "
-        "on the same folder: not everything flushed before the kills and written by the "
-        "new instance is readable"
-        ":\n" + "\n".join(problems)
+        "on the same folder: of what was flushed before the kills and what the new "
+        f"instance wrote, {difference(env, required, context, actual)}:\n" + "\n".join(problems)
     )
