@@ -22,9 +22,25 @@ from traceml_exporter_sdk import RECORD_TYPES
 LEAK_SECONDS = 4.0
 
 
+def part_name(stream: str, part: int) -> str:
+    """``<stream>.jsonl``, then ``<stream>.<part>.jsonl``: the jsonl layout's parts."""
+    return f"{stream}.{part}.jsonl" if part else f"{stream}.jsonl"
+
+
+def next_part(folder: Any) -> int:
+    """One past the highest part of any stream in ``folder`` (0 when there is none)."""
+    highest = -1
+    for path in folder.glob("*.jsonl"):
+        number = path.name.split(".")[1] if path.name.count(".") == 2 else "0"
+        highest = max(highest, int(number) if number.isdigit() else 0)
+    return highest + 1
+
+
 class Good:
     """A correct exporter: files made in open, dispatch on STREAM, close flushes and closes,
-    and a failing write or flush closes its files before it raises."""
+    and a failing write or flush closes its files before it raises. Each instance writes
+    a new part (``<stream>.N.jsonl``), so a restart keeps what earlier ones wrote and
+    never continues a line a kill cut off."""
 
     def __init__(self, context: Any) -> None:
         self.context = context
@@ -35,9 +51,10 @@ class Good:
 
     def open(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        part = next_part(self.dir)
         try:
             for stream in self.streams:
-                self.files[stream] = open(self.dir / f"{stream}.jsonl", "x", encoding="utf-8")  # noqa: SIM115
+                self.files[stream] = open(self.dir / part_name(stream, part), "x", encoding="utf-8")  # noqa: SIM115
         except BaseException:
             self.close_files()
             raise

@@ -43,6 +43,7 @@ def ids(*names: str) -> frozenset[str]:
 # run a whole lifecycle, or that are about a failure anyway.
 SQLITE_SURVIVES = ids(
     "method_signatures",
+    "permanent_fault_marked",  # skipped: no break_sink_permanently
     "open_failure_leaks_nothing",
     "fresh_subprocess",
     "import_has_no_side_effects",
@@ -54,7 +55,8 @@ CLOSE_SURVIVES = ids(
     "no_non_daemon_thread_after_failure",
     "close_failure_raised",  # close raises: not a swallowed failure
     "failure_releases_resources",
-    "restart_after_failure",  # the second instance refuses in open (mode "x")
+    "transient_fault_not_permanent",  # its write fails unmarked on the broken sink
+    "permanent_fault_marked",  # skipped: no break_sink_permanently
     "fresh_subprocess",
     "import_has_no_side_effects",
 )
@@ -77,10 +79,8 @@ MATRIX: dict[str, frozenset[str]] = {
     ),
     # lifecycle
     "broken_exporters:make_close_without_keyword": ALL - CLOSE_SURVIVES,
-    # opening its files in the first write, a restart fails there instead of refusing in open
-    "broken_exporters:make_lazy_open": ids(
-        "open_close", "open_flush_close", "two_instances_in_sequence", "restart_after_failure"
-    ),
+    # opening its files in the first write, flush and close fail when nothing was written
+    "broken_exporters:make_lazy_open": ids("open_close", "open_flush_close"),
     "broken_exporters:make_flush_not_idempotent": ids("open_flush_close", "flush_twice"),
     # each flush empties what earlier flushes delivered: every delivery check sees it
     "broken_exporters:make_flush_truncates": ids(
@@ -89,8 +89,15 @@ MATRIX: dict[str, frozenset[str]] = {
         "unflushed_records_readable_after_close",
         "close_accepts_dropped_batches",
         "restart_after_failure",
+        "instances_side_by_side",
+        # and it refuses every restart (its files are made with exist_ok=False)
+        "restart_after_kill",
+        "new_instance_after_outage",
     ),
-    "broken_exporters:make_process_global_lock": ids("two_instances_in_sequence"),
+    # a restart in the same process is refused, after a close or a failure alike
+    "broken_exporters:make_process_global_lock": ids(
+        "two_instances_in_sequence", "new_instance_after_outage"
+    ),
     # STREAM dispatch
     "broken_exporters:make_isinstance_dispatch": ids("foreign_record_classes"),
     "broken_exporters:make_assumes_step_time": ids(
@@ -113,6 +120,10 @@ MATRIX: dict[str, frozenset[str]] = {
         "flush_is_acknowledgement",
         "large_flush_interval",
         "restart_after_failure",
+        "instances_side_by_side",
+        "restart_with_other_streams",
+        "restart_after_kill",
+        "new_instance_after_outage",
     ),
     # close semantics
     "broken_exporters:make_no_flush_on_close": ids(
@@ -145,12 +156,20 @@ MATRIX: dict[str, frozenset[str]] = {
     # delivery across flushes, closes, restarts and failures (broken_delivery.py)
     # what the first instance flushed before it failed was never written
     "broken_delivery:make_flush_not_durable": ids(
-        "flush_is_acknowledgement", "restart_after_failure"
+        "flush_is_acknowledgement",
+        "restart_after_failure",
+        "instances_side_by_side",  # run B's flushed records, lost when it failed
+        "restart_after_kill",
+        "new_instance_after_outage",
     ),
     "broken_delivery:make_dropped_batches_rollback": ids("close_accepts_dropped_batches"),
     "broken_delivery:make_bounded_buffer": ids("large_flush_interval"),
     "broken_delivery:make_truncates_on_restart": ids(
-        "two_instances_in_sequence", "restart_after_failure"
+        "two_instances_in_sequence",
+        "restart_after_failure",
+        "restart_with_other_streams",
+        "restart_after_kill",
+        "new_instance_after_outage",
     ),
     "broken_delivery:make_close_swallows_failure": ids("close_failure_raised"),
     "broken_delivery:make_auto_flush_timer": ids("only_worker_thread_runs_exporter"),
@@ -186,9 +205,32 @@ MATRIX: dict[str, frozenset[str]] = {
         "values_equal_to_dict",
         "hostname_kept_when_enabled",
         "large_flush_interval",
+        "instances_side_by_side",
+        "restart_with_other_streams",
+        "restart_after_kill",
+        "new_instance_after_outage",
     ),
     "broken_delivery:make_clock_stamped": ids(
         "foreign_record_classes", "values_equal_to_dict", "hostile_text", "special_floats"
+    ),
+    # what the runners do (broken_runners.py): several runs at once (follow --logs-dir),
+    # a new instance after an outage or a kill (follow), a restart with other streams,
+    # a fault marked transient or permanent
+    "broken_runners:make_class_attribute_store": ids("instances_side_by_side"),
+    "broken_runners:make_module_client": ids("instances_side_by_side"),
+    "broken_runners:make_keyed_by_folder_name": ids("instances_side_by_side"),
+    "broken_runners:make_lock_left_on_failure": ids("new_instance_after_outage"),
+    "broken_runners:make_lock_outlives_process": ids("restart_after_kill"),
+    "broken_runners:make_streams_fixed_at_first_open": ids("restart_with_other_streams"),
+    "broken_runners:make_oserror_permanent": ids("transient_fault_not_permanent"),
+    "broken_runners:make_credentials_unmarked": ids("permanent_fault_marked"),
+    "broken_runners:make_credentials": frozenset(),  # marks the refusal: passes everything
+    # every restart shows the first instance's records twice
+    "broken_runners:make_replays_on_restart": ids(
+        "two_instances_in_sequence",
+        "restart_after_failure",
+        "restart_with_other_streams",
+        "new_instance_after_outage",
     ),
     # throughput, importability
     "broken_exporters:make_slow": ids("records_per_second"),
@@ -210,11 +252,25 @@ CAUSES = {
 WRONG_CAUSES = {
     "broken_delivery:make_one_row_per_key": ("interleaved_streams", "landed under another"),
     "broken_delivery:make_clock_stamped": ("foreign_record_classes", "isinstance"),
+    # more records came back than were written: nothing of the first instance was lost
+    "broken_runners:make_replays_on_restart": ("two_instances_in_sequence", "lost what"),
 }
 
 # The broken exporters write JSON with the standard library, which a busy
 # machine can push below the default floor; only make_slow is held to it.
 FLOORS = {"broken_exporters:make_slow": 20_000}
+
+# Test-file hooks some exporters need: a sink whose credentials the test can revoke.
+REVOKE = """
+    def break_sink_permanently(self, context):
+        import broken_runners
+
+        broken_runners.REVOKED.add(str(context.session_root))
+"""
+HOOKS = {
+    "broken_runners:make_credentials": REVOKE,
+    "broken_runners:make_credentials_unmarked": REVOKE,
+}
 
 TEST_FILE = """
 from traceml_exporter_sdk.testing import ExporterConformance, read_jsonl
@@ -227,13 +283,14 @@ class TestBroken(ExporterConformance):
 
     def read_back(self, context):
         return read_jsonl(context)
-"""
+{hooks}"""
 
 
 def failed_checks(pytester: pytest.Pytester, spec: str) -> dict[str, str]:
     """The failed checks' test ids, each with its failure message."""
     floor = FLOORS.get(spec, 5_000)
-    pytester.makepyfile(test_broken=TEST_FILE.format(spec=spec, floor=floor))
+    source = TEST_FILE.format(spec=spec, floor=floor, hooks=HOOKS.get(spec, ""))
+    pytester.makepyfile(test_broken=source)
     before = set(threading.enumerate())
     recorder = pytester.inline_run(
         "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestUnhandledThreadExceptionWarning"
@@ -254,7 +311,7 @@ def failed_checks(pytester: pytest.Pytester, spec: str) -> dict[str, str]:
 
 def label(spec: str) -> str:
     module, _, factory = spec.partition(":")
-    if module in ("broken_exporters", "broken_delivery", "broken_values"):
+    if module in ("broken_exporters", "broken_delivery", "broken_values", "broken_runners"):
         return factory.removeprefix("make_")
     return module
 

@@ -212,9 +212,12 @@ def test_factory_may_be_a_callable(pytester: pytest.Pytester) -> None:
     )
     recorder = pytester.inline_run("-p", "no:cacheprovider", "-k", "not throughput")
     result = outcomes(recorder)
-    # the jsonl exporter's declared limitation (JSON has no NaN) is skipped, with its reason
+    # the jsonl exporter's declared limitation (JSON has no NaN) and the permanent-fault
+    # check (a file sink has no fault waiting cannot fix) are skipped, with their reasons
     limits = {CHECKS_BY_NAME[name].test_id for name in BUILTIN_JSONL_LIMITS}
+    limits.add("test_failure_behaviour[permanent_fault_marked]")
     assert {k for k, v in result.items() if v != "passed"} == limits, failures(recorder)
+    assert {result[k] for k in limits} == {"skipped"}
     assert len(result) == len(CHECKS) - 1
 
 
@@ -362,16 +365,23 @@ class MemoryExporter:
         SINK["rows"][self.key] = []
 
     def write(self, records):
-        if SINK["broken"]:
-            raise ConnectionError("sink unreachable")
+        _check()
         SINK["rows"][self.key].extend(r.to_dict() for r in records)
 
     def flush(self):
-        if SINK["broken"]:
-            raise ConnectionError("sink unreachable")
+        _check()
 
     def close(self, *, dropped_batches=0):
         pass
+
+
+def _check():
+    if SINK["broken"] == "permanent":
+        error = PermissionError("the sink refused the credentials")
+        error.permanent = True
+        raise error
+    if SINK["broken"]:
+        raise ConnectionError("sink unreachable")
 
 
 def make_exporter(context):
@@ -406,6 +416,18 @@ def test_break_sink_and_broken_context_can_be_overridden(pytester: pytest.Pytest
             def broken_context(self, context):
                 memory_exporter.SINK["broken"] = True
                 return context
+
+            def repair_sink(self, context):
+                memory_exporter.SINK["broken"] = False
+
+            def break_sink_permanently(self, context):
+                memory_exporter.SINK["broken"] = "permanent"
+
+        class TestNoRepair(ExporterConformance):
+            factory = "memory_exporter:make_exporter"
+
+            def break_sink(self, context):
+                memory_exporter.SINK["broken"] = True
         """
     )
     pytester.syspathinsert()
@@ -415,6 +437,13 @@ def test_break_sink_and_broken_context_can_be_overridden(pytester: pytest.Pytest
         for r in recorder.getreports("pytest_runtest_logreport")
         if r.when == "call" or r.outcome != "passed"
     }
+    no_repair = {k: v for k, v in result.items() if k.startswith("TestNoRepair::")}
+    # break_sink without repair_sink: the outage cycle cannot be run, and says so
+    assert no_repair["TestNoRepair::test_failure_behaviour[new_instance_after_outage]"] == "skipped"
+    assert no_repair["TestNoRepair::test_failure_behaviour[transient_fault_not_permanent]"] == (
+        "passed"
+    )
+    result = {k: v for k, v in result.items() if k not in no_repair}
     assert result == {
         "TestDefaultHooks::test_failure_behaviour[open_failure_leaks_nothing]": "skipped",
         "TestDefaultHooks::test_failure_behaviour[sink_failure_raised]": "failed",
@@ -422,11 +451,18 @@ def test_break_sink_and_broken_context_can_be_overridden(pytester: pytest.Pytest
         # with no read_back, a close that returns normally cannot be told from a swallowed one
         "TestDefaultHooks::test_failure_behaviour[close_failure_raised]": "skipped",
         "TestDefaultHooks::test_failure_behaviour[failure_releases_resources]": "skipped",
+        # the default break_sink does not reach this sink: nothing failed to look at
+        "TestDefaultHooks::test_failure_behaviour[transient_fault_not_permanent]": "skipped",
+        "TestDefaultHooks::test_failure_behaviour[permanent_fault_marked]": "skipped",
+        "TestDefaultHooks::test_failure_behaviour[new_instance_after_outage]": "skipped",
         "TestOwnHooks::test_failure_behaviour[open_failure_leaks_nothing]": "passed",
         "TestOwnHooks::test_failure_behaviour[sink_failure_raised]": "passed",
         "TestOwnHooks::test_failure_behaviour[no_non_daemon_thread_after_failure]": "passed",
         "TestOwnHooks::test_failure_behaviour[close_failure_raised]": "skipped",
         "TestOwnHooks::test_failure_behaviour[failure_releases_resources]": "passed",
+        "TestOwnHooks::test_failure_behaviour[transient_fault_not_permanent]": "passed",
+        "TestOwnHooks::test_failure_behaviour[permanent_fault_marked]": "passed",
+        "TestOwnHooks::test_failure_behaviour[new_instance_after_outage]": "passed",
     }
 
 

@@ -424,7 +424,15 @@ def test_the_parts_are_linted_in_place_with_a_baked_projects_ruff_settings(
     assert parts["target-version"] == "py310"
 
 
-SUITE_HOOKS = {"SKIP_CHECKS", "expected_export", "broken_context", "break_sink", "MAX_EXAMPLES"}
+SUITE_HOOKS = {
+    "SKIP_CHECKS",
+    "expected_export",
+    "broken_context",
+    "break_sink",
+    "repair_sink",
+    "break_sink_permanently",
+    "MAX_EXAMPLES",
+}
 """What a sink's ``sink_support.py`` may define for the rendered ``tests/test_conformance.py``."""
 
 

@@ -8,6 +8,13 @@ Every check is its own test (``pytest -k <check>`` runs one); the rules are list
 The suite's defaults cannot break this sink, which does not live under ``export_dir``:
 its ``break_sink(context)`` and ``broken_context(context)`` do.
 {%- endif %}
+{%- if "repair_sink" in sink.suite_hooks %}
+Its ``repair_sink(context)`` ends the fault ``break_sink`` made (the outage cycle).
+{%- endif %}
+{%- if "break_sink_permanently" in sink.suite_hooks %}
+Its ``break_sink_permanently(context)`` makes a fault waiting cannot fix (credentials
+refused, a schema the sink refuses), which the exporter must mark permanent.
+{%- endif %}
 {%- if "expected_export" in sink.suite_hooks %}
 This sink does not keep records as records: ``SKIP_CHECKS`` names the suite's checks it
 cannot pass, with the reason (each skip says ``SKIP_CHECKS['<check>']``, the only skips
@@ -65,6 +72,17 @@ class Test{{ cookiecutter.exporter_class }}(ExporterConformance):
 
     def break_sink(self, context: ExporterContext) -> None:
         sink_support.break_sink(context)
+{%- endif %}
+
+{%- if "repair_sink" in sink.suite_hooks %}
+
+    def repair_sink(self, context: ExporterContext) -> None:
+        sink_support.repair_sink(context)
+{%- endif %}
+{%- if "break_sink_permanently" in sink.suite_hooks %}
+
+    def break_sink_permanently(self, context: ExporterContext) -> None:
+        sink_support.break_sink_permanently(context)
 {%- endif %}
 
 

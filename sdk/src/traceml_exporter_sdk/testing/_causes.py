@@ -32,8 +32,8 @@ class Fault:
     what: str
     hint: str
     cascade: str
-    evidence: str = ""
-    """Text the check's own failure message must hold for this fault to be named (the
+    evidence: str | tuple[str, ...] = ""
+    """Text the check's own failure message must hold (one of them, for a tuple) for this fault to be named (the
     check can fail for other reasons: a sink that keeps one row per key fails
     ``interleaved_streams`` too, without misfiling anything)."""
 
@@ -58,6 +58,21 @@ FAULTS = (
         "output",
         "records landed under another stream",
     ),
+    Fault(
+        "instances_side_by_side",
+        "instances of the exporter share state (a class attribute, a module-level client, "
+        "a store keyed by the run folder's name)",
+        "keep every piece of state on the instance, and key a run by its resolved session_root",
+        "error",
+        ("'s records are in run", "(after run C's instance closed"),  # its own evidence
+    ),
+    Fault(
+        "new_instance_after_outage",
+        "a failed instance leaves a file behind that makes every later open refuse",
+        "a failing method releases its lock and temporary files before it raises",
+        "error",
+        "left by the failed one",
+    ),
 )
 """Known cascading mistakes, the first that applies wins."""
 
@@ -66,6 +81,7 @@ MIN_SHARED = 3
 
 _EXPORTER_ERROR = re.compile(r"the exporter failed (?:in |before the sink was broken: )\w+: (.+)")
 _CHECK_ID = re.compile(r"test_\w+\[(\w+)\]$")
+_LEFT_BEHIND = re.compile(r"(?i)FileExistsError|already exists|\block(ed)?\b|\.lock\b|\bheld by\b")
 
 
 @dataclass(frozen=True)
@@ -125,7 +141,8 @@ def root_cause(failures: Sequence[tuple[str, str]]) -> RootCause | None:
         cause = failed.get(fault.check)
         if cause is None or _signature(errors[cause]) == common:
             continue  # not failed, or failed like the others (the factory does not import)
-        if fault.evidence and fault.evidence not in messages[cause]:
+        evidence = (fault.evidence,) if isinstance(fault.evidence, str) else fault.evidence
+        if fault.evidence and not any(text in messages[cause] for text in evidence):
             continue  # failed, but not in the way this fault would fail it
         others = [test_id for test_id, _ in failures if test_id != cause]
         if fault.cascade == "error":
@@ -142,6 +159,14 @@ def root_cause(failures: Sequence[tuple[str, str]]) -> RootCause | None:
         return None
     explained = [test_id for test_id, _ in failures if _signature(errors[test_id]) == common]
     error = errors[explained[0]]
+    if _LEFT_BEHIND.search(error):
+        return RootCause(
+            f"{len(explained)} checks failed with one error, {error}: a file or lock an "
+            "earlier instance of the exporter left is the symptom, not the cause: find the "
+            "instance that did not release it (one that failed, or a lock that outlives "
+            "its process)",
+            tuple(explained),
+        )
     hint = failure_hint(error).strip()
     return RootCause(
         f"{len(explained)} checks failed from one cause: {error}" + (f"; {hint}" if hint else ""),

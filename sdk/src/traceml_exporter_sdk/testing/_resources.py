@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import sys
 import threading
 import time
@@ -26,6 +27,9 @@ __all__ = [
     "audit_events",
     "describe_fd",
     "describe_threads",
+    "file_states",
+    "leftover_files",
+    "lost_files",
     "open_fds",
     "thread_exceptions",
     "tree",
@@ -174,6 +178,27 @@ def lost_files(before: dict[str, tuple[int, int]], root: Path) -> list[str]:
         if now is None or (now[0] == inode and now[1] < size):
             lost.append(rel)
     return lost
+
+
+_LEFTOVER = re.compile(
+    r"(?i)(\.(lock|lck|pid|tmp|temp|part|partial|swp)$|^\.?lock$|^LOCK$|~$|^\.~|\.tmp\.|^tmp)"
+)
+"""Names of what a writer holds only while it runs: lock files and temporary names."""
+
+
+def leftover_files(root: Path, before: Iterable[str] = ()) -> list[str]:
+    """Lock files and temporary files under ``root`` (not in ``before``), as
+    ``export_dir/...`` where they are under it."""
+    known = set(before)
+    found = []
+    for rel in sorted(tree(root)):
+        if rel in known:
+            continue
+        name = Path(rel).name
+        if _LEFTOVER.search(name):
+            shown = rel.removeprefix(str(Path("aggregator", "export")) + os.sep)
+            found.append(f"export_dir/{shown}" if shown != rel else rel)
+    return found
 
 
 def tree_digest(root: Path) -> dict[str, str]:

@@ -40,7 +40,7 @@ from ..factory import ExporterSettingError, validate_exporter_setting
 from . import configuration as config
 from ._resources import open_fds
 from .checks import CHECKS, CHECKS_BY_NAME, check_names
-from .environment import MOVED_BY_BREAK_SINK, NO_READ_BACK, Env, Hooks, Settings
+from .environment import MOVED_BY_BREAK_SINK, NO_PERMANENT_FAULT, NO_READ_BACK, Env, Hooks, Settings
 from .errors import ConformanceConfigError, ReadBackNotImplementedError
 from .expected import expected_by_stream
 from .keys import CHECK_MARKER
@@ -72,7 +72,8 @@ class ExporterConformance:
         failure_timeout: seconds a broken sink may be retried before it must raise (default 10).
 
     Hooks to override: ``read_back(context)``, ``expected_export(records, *,
-    include_hostname)``, ``broken_context(context)``, ``break_sink(context)``.
+    include_hostname)``, ``broken_context(context)``, ``break_sink(context)``,
+    ``repair_sink(context)`` and ``break_sink_permanently(context)``.
 
     Each group of ``GROUP_RULES`` is one test, ``test_<group>``, made below the class.
     """
@@ -160,6 +161,34 @@ class ExporterConformance:
         export_dir.parent.mkdir(parents=True, exist_ok=True)
         export_dir.write_text("a regular file where the export folder was\n")
 
+    def repair_sink(self, context: ExporterContext) -> None:
+        """Undo ``break_sink``: the outage is over, a new instance must deliver again.
+
+        Default: undoes the default ``break_sink`` (the regular file goes and the
+        moved ``export_dir`` comes back). Override it together with ``break_sink``
+        (start the test server again, restore the token); where ``break_sink`` is
+        overridden and this is not, the outage check is skipped and says so.
+        """
+        export_dir = context.export_dir
+        moved = export_dir.with_name(export_dir.name + MOVED_BY_BREAK_SINK)
+        if export_dir.is_file() or export_dir.is_symlink():
+            export_dir.unlink()
+        if moved.is_dir() and not export_dir.exists():
+            moved.rename(export_dir)
+
+    def break_sink_permanently(self, context: ExporterContext) -> None:
+        """Break the sink mid-run in a way waiting cannot fix (called on the main thread).
+
+        Examples: the credentials are refused from now on, the table's schema was
+        changed to one the exporter's rows do not fit. The exporter must then raise an
+        error marked permanent (a truthy ``permanent`` attribute, on it or on an
+        exception in its ``__cause__``/``__context__`` chain), so ``follow`` ends at
+        once (exit 7) instead of waiting for ever. Not defined by default: a sink
+        whose every fault may pass (a file system) has no such fault, and the check
+        is skipped with that reason.
+        """
+        raise NotImplementedError(NO_PERMANENT_FAULT)
+
     # -- pytest wiring -------------------------------------------------------------
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
@@ -208,6 +237,12 @@ class ExporterConformance:
                 break_sink=self.break_sink,
                 expected_export=self.expected_export
                 if _overrides(cls, "expected_export")
+                else None,
+                repair_sink=self.repair_sink
+                if _overrides(cls, "repair_sink") or not _overrides(cls, "break_sink")
+                else None,
+                break_sink_permanently=self.break_sink_permanently
+                if _overrides(cls, "break_sink_permanently")
                 else None,
             ),
             tmp_path=tmp_path,

@@ -24,6 +24,7 @@ __all__ = [
     "HOSTILE_HINT",
     "MOVED_BY_BREAK_SINK",
     "MOVE_TO_OPEN",
+    "NO_PERMANENT_FAULT",
     "NO_READ_BACK",
     "Env",
     "ExpectedExport",
@@ -49,6 +50,13 @@ HOSTILE_HINT = (
 
 MOVED_BY_BREAK_SINK = ".moved-by-break-sink"
 """The suffix the default ``break_sink`` gives ``export_dir`` when it moves it aside."""
+
+NO_PERMANENT_FAULT = (
+    "break_sink_permanently is not defined for this exporter: define "
+    "break_sink_permanently(self, context) to break its sink in a way waiting cannot fix "
+    "(credentials refused, a schema the sink refuses), and the suite checks that the "
+    "exporter marks that failure permanent"
+)
 
 NO_READ_BACK = (
     "read_back is not implemented for this exporter; implement read_back(self, context) "
@@ -84,6 +92,10 @@ class Hooks:
     broken_context: Callable[[ExporterContext], ExporterContext]
     break_sink: Callable[[ExporterContext], None]
     expected_export: ExpectedExport | None = None
+    repair_sink: Callable[[ExporterContext], None] | None = None
+    """Undoes ``break_sink``; None where ``break_sink`` is overridden and it is not."""
+    break_sink_permanently: Callable[[ExporterContext], None] | None = None
+    """A fault waiting cannot fix; None where the class does not define one."""
 
 
 class Env:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import pytest
 
+from ...context import ExporterContext
 from ...worker import ExportWorker
 from .._harness import WORKER_THREAD, CallLog, recording_factory
-from .._resources import Snapshot, describe_threads, open_fds
-from ..environment import Env, failure_hint
+from .._resources import Snapshot, describe_threads, leftover_files, open_fds
+from ..environment import NO_PERMANENT_FAULT, Env, failure_hint
 from ..registry import CheckGroup
-from ._common import corpus, merged
+from ._common import corpus, difference, merged
 
 GROUP = CheckGroup("failure_behaviour")
 
@@ -46,7 +48,7 @@ def check_open_failure_leaks_nothing(env: Env) -> None:
 class _SinkFailure:
     """One run where the sink breaks for good after the first batch was flushed."""
 
-    def __init__(self, env: Env) -> None:
+    def __init__(self, env: Env, breaking: Callable[[ExporterContext], None] | None = None) -> None:
         self.context = env.context()
         self.log = CallLog(keep_records=False)
         self.before = Snapshot.take()
@@ -71,7 +73,7 @@ class _SinkFailure:
             worker.shutdown(5)
             return
         devnull_before = _fds_on("/dev/full")
-        env.hooks.break_sink(self.context)
+        (breaking or env.hooks.break_sink)(self.context)
         self.broken_at = time.monotonic()
         for batch in batches[1:]:
             worker.submit_records(batch)
@@ -241,3 +243,148 @@ def check_failure_releases_resources(env: Env) -> None:
         + ". The worker calls nothing more after a failure, not even close: a failing "
         "method closes its files, connections and threads before it raises."
     )
+
+
+_TRANSIENT_HINT = (
+    "`follow` ends at once (exit 7) on a failure marked permanent, and waits out any other "
+    "with a new instance: mark permanent only what waiting cannot fix (credentials "
+    "refused, a schema the sink refuses), never an OSError, a timeout or a refused "
+    "connection as such"
+)
+
+
+@GROUP.check
+def check_transient_fault_not_permanent(env: Env) -> None:
+    """Rule: a fault that may pass is not reported as permanent: the failure ``break_sink``
+    causes (by default a full disk and a folder moved away) is raised unmarked.
+
+    An error is permanent when it, or one in its ``__cause__``/``__context__`` chain,
+    has a truthy ``permanent`` attribute (``traceml_exporter_sdk.is_permanent``).
+    Catches an exporter that marks every ``OSError`` permanent: ``follow`` then stops
+    at the first blip instead of riding the outage out.
+
+    Contract: "A method may raise. The worker then logs the failure, stops using the
+    exporter, and records the loss in finalization_warning.json."
+    """
+    run = _SinkFailure(env)
+    run.require_healthy_start()
+    failure = run.report.failure
+    if failure is None:
+        pytest.skip("the exporter did not raise after break_sink (see sink_failure_raised)")
+    assert not failure.permanent, (
+        f"a transient fault was reported as permanent: after break_sink, {failure.method} "
+        f"raised {failure.error}, marked permanent. {_TRANSIENT_HINT}"
+    )
+
+
+@GROUP.check
+def check_permanent_fault_marked(env: Env) -> None:
+    """Rule: a fault waiting cannot fix is reported as permanent: after
+    ``break_sink_permanently`` (credentials refused, a schema the sink refuses) the
+    failure is raised within ``failure_timeout``, marked ``permanent``.
+
+    Skipped, with the reason, for an exporter whose class defines no
+    ``break_sink_permanently`` (a file sink has no such fault).
+
+    Contract: "A method may raise. The worker then logs the failure, stops using the
+    exporter, and records the loss in finalization_warning.json."
+    """
+    breaking = env.hooks.break_sink_permanently
+    if breaking is None:
+        pytest.skip(NO_PERMANENT_FAULT)
+    run = _SinkFailure(env, breaking)
+    run.require_healthy_start()
+    report = run.report
+    assert not report.timed_out, (
+        "after break_sink_permanently the exporter was still busy after failure_timeout="
+        f"{env.settings.failure_timeout:g} s; a permanent fault is raised without waiting"
+    )
+    failure = report.failure
+    assert failure is not None, (
+        "after break_sink_permanently every write, flush and close returned normally: the "
+        f"failure was hidden: {run.log.describe(20)}"
+    )
+    assert failure.permanent, (
+        f"a permanent fault was reported as transient: after break_sink_permanently, "
+        f"{failure.method} raised {failure.error}, not marked permanent. `follow` would "
+        "wait for ever for a sink that will not come back: give the error (or one it is "
+        "raised from) a truthy `permanent` attribute (traceml_exporter_sdk."
+        "PermanentExportError, or set error.permanent = True)"
+    )
+
+
+@GROUP.check
+def check_new_instance_after_outage(env: Env) -> None:
+    """Rule: an outage is ridden out: after an instance failed on a broken sink
+    (``break_sink``) and the sink was repaired (``repair_sink``), a new instance with the
+    same context opens and delivers everything: what the failed one flushed before the
+    break, and everything not acknowledged, written again by the new one.
+
+    ``follow`` makes a new instance once the sink is back and resends what no flush
+    acknowledged. What the failed method left in the run folder (a lock file, a
+    temporary name) is named when the new instance refuses. Skipped where
+    ``break_sink`` is overridden and ``repair_sink`` is not.
+
+    Contract: "A method may raise. The worker then logs the failure, stops using the
+    exporter, and records the loss in finalization_warning.json."
+    """
+    repair = env.hooks.repair_sink
+    if repair is None:
+        pytest.skip(
+            "break_sink is overridden but repair_sink is not: define repair_sink(self, "
+            "context) undoing it, so the suite can check that a new instance recovers"
+        )
+    run = _SinkFailure(env)
+    run.require_healthy_start()
+    failure = run.report.failure
+    if failure is None:
+        pytest.skip("the exporter did not raise after break_sink (see sink_failure_raised)")
+    context = run.context
+    run.before.wait_released([run.worker.thread], grace=env.grace)
+    repair(context)
+    delivered = run.report.delivered_records
+    batches = corpus()
+    acked: list[object] = []
+    for batch in batches:
+        if len(acked) + len(batch) > delivered:
+            break
+        acked += batch
+    rest = _after(batches, len(acked))
+    second = env.worker(context, rest)
+    what = f"after the first failed in {failure.method} ({failure.error}) and the sink was repaired"
+    if second.failure is not None:
+        assert second.report is not None
+        assert second.report.failure is not None
+        error = second.report.failure.error
+        left = leftover_files(context.session_root)
+        method = second.report.failure.method
+        did = "refused in open" if method == "open" else f"failed in {method}"
+        leftover = f" ({', '.join(left)} left by the failed one)" if left else ""
+        pytest.fail(
+            f"a new instance {did} after a failure{leftover}: the exporter failed in "
+            f"{method}: {error}\n{what[0].upper()}{what[1:]}. `follow` makes a new instance "
+            "once the sink is back: a failing method releases what it holds (lock files "
+            "and temporary files included) before it raises, and open accepts what an "
+            "earlier instance left",
+            pytrace=False,
+        )
+    env.assert_clean(second, f"a new instance {what}")
+    actual = env.read_back(context)
+    if actual is None:
+        return
+    records = [*acked, *second.log.written()]
+    problems = env.delivery_problems(records, context, actual)
+    assert not problems, (
+        f"a new instance {what}: of what the first flushed before the break and what the "
+        f"new one wrote, {difference(env, records, context, actual)}:\n" + "\n".join(problems)
+    )
+
+
+def _after(batches: list[list[object]], count: int) -> list[list[object]]:
+    """The batches after the first ``count`` records (whole batches)."""
+    seen = 0
+    for index, batch in enumerate(batches):
+        if seen >= count:
+            return batches[index:]
+        seen += len(batch)
+    return []

@@ -9,8 +9,9 @@ Under ``context.export_dir`` (``<session_root>/aggregator/export``)::
     export_summary.json   written by close(): lines per stream and dropped_batches
 
 ``hostname`` is left out unless ``context.include_hostname``. Files are opened for
-appending (a second run into the same folder adds to them) and fsynced by ``flush()``
-and ``close()``: what TraceML counts as delivered is on disk.
+appending (a second run into the same folder adds to them, after cutting off a last
+line a killed run left unfinished) and fsynced by ``flush()`` and ``close()``: what
+TraceML counts as delivered is on disk.
 
 Any text is written, and read back by Python's ``json`` as the same ``str``. orjson
 writes each line (NUL as ``\\u0000``, U+2028 as itself: split lines on ``\\n`` only).
@@ -97,7 +98,9 @@ class ExampleExporter(Lifecycle):
         if handle is None:
             if not stream.isidentifier():  # a STREAM is a plain name; never let it be a path
                 raise permanent(ValueError(f"record STREAM {stream!r} is not a plain name"))
-            handle = files[stream] = open(self.export_dir / f"{stream}.jsonl", "ab")  # noqa: SIM115
+            path = self.export_dir / f"{stream}.jsonl"
+            _cut_torn_line(path)
+            handle = files[stream] = open(path, "ab")  # noqa: SIM115
             self._written.setdefault(stream, 0)
         return handle
 
@@ -115,6 +118,28 @@ class ExampleExporter(Lifecycle):
         for handle in files.values():
             with contextlib.suppress(OSError):  # the sink is already broken
                 handle.close()
+
+
+def _cut_torn_line(path: Path) -> None:
+    """Drop a last line a kill or a full disk cut off (no trailing ``\\n``), so the next
+    line appended does not continue it; every flushed line ends with ``\\n`` and stays."""
+    try:
+        handle = open(path, "r+b")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return
+    with handle:
+        end = position = handle.seek(0, os.SEEK_END)
+        keep = 0
+        while position > 0:
+            start = max(0, position - 65536)
+            handle.seek(start)
+            newline = handle.read(position - start).rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            position = start
+        if keep < end:
+            handle.truncate(keep)
 
 
 def make_exporter(context: ExporterContext) -> ExampleExporter:

@@ -18,8 +18,13 @@ SKIP_CHECKS = {
         "JSON has no NaN or infinity: orjson writes them as null, so a measured NaN "
         "reads back as unavailable (this sink's documented JSON Lines format)"
     ),
+    "permanent_fault_marked": (
+        "a file sink has no fault waiting cannot fix (a full disk, a folder moved away or "
+        "a file another process holds may all pass), so there is no break_sink_permanently "
+        "to check the permanent marker with"
+    ),
 }
-"""The suite's checks this sink cannot pass, with the reason (a declared limitation)."""
+"""The suite's checks this sink cannot pass or run, with the reason (declared limitations)."""
 
 
 def read_export(context: ExporterContext) -> dict[str, list[dict[str, Any]]]:

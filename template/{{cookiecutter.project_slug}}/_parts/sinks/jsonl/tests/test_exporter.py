@@ -126,3 +126,18 @@ def test_a_failure_closes_every_file(
     assert open_under(context.export_dir) == []
     with pytest.raises(RuntimeError, match="not open"):
         exporter.write(records)
+
+
+def test_a_line_cut_off_by_a_kill_is_dropped_not_continued(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    """A killed run leaves a last line without ``\\n``; the next run cuts it off before it
+    appends, so its own first line is whole (and everything flushed before stays)."""
+    run(context, records[:2])
+    path = context.export_dir / "step_time.jsonl"
+    flushed = path.read_bytes()
+    with path.open("ab") as handle:
+        handle.write(b'{"stream": "step_time", "cut off by a ki')
+    run(context, records[2:])
+    assert path.read_bytes().startswith(flushed)
+    assert written(context) == expected_by_stream(records)

@@ -39,6 +39,7 @@ __all__ = [
     "MAX_EXAMPLES",
     "SKIP_CHECKS",
     "break_sink",
+    "break_sink_permanently",
     "broken_context",
     "end_of_run",
     "expected_export",
@@ -70,6 +71,17 @@ SKIP_CHECKS = {
         "(the check's second instance, follow's restart) is tested exactly in "
         "tests/test_exporter.py (test_the_summary_is_what_the_readme_computes, "
         "test_reopening_the_session_finds_its_runs_again)"
+    ),
+    "transient_fault_not_permanent": (
+        "its break_sink deletes the experiment, a fault no wait fixes (the exporter rightly "
+        "marks it permanent: break_sink_permanently does the same); faults that pass "
+        "(503s, a tarpit, a server stopped mid-run) are raised unmarked in "
+        "tests/test_mlflow_faults.py"
+    ),
+    "new_instance_after_outage": (
+        "its break_sink (the experiment deleted) cannot be repaired: a new instance makes "
+        "a new experiment; a new instance on the same run after a failure is tested in "
+        "tests/test_exporter.py (test_reopening_the_session_finds_its_runs_again)"
     ),
     "records_per_second": (
         "bound by the MLflow server itself (a few thousand "
@@ -140,6 +152,12 @@ def broken_context(context: ExporterContext) -> ExporterContext:
     os.environ["MLFLOW_TRACKING_URI"] = f"http://127.0.0.1:{free_port()}"
     os.environ["TRACEML_MLFLOW_TIMEOUT_S"] = "2"
     return context
+
+
+def break_sink_permanently(context: ExporterContext) -> None:
+    """Delete the test's experiment underneath the running exporter (its runs go with it):
+    MLflow then refuses every write to its runs, and no wait brings them back."""
+    break_sink(context)
 
 
 def break_sink(context: ExporterContext) -> None:  # noqa: ARG001 - the suite's signature

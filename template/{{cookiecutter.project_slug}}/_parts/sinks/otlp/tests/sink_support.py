@@ -76,6 +76,16 @@ def break_sink(context: ExporterContext) -> None:  # noqa: ARG001 - the suite's 
     peer().set_faults(Fault.http(503, times=None, retry_after=1, message="overloaded"))
 
 
+def repair_sink(context: ExporterContext) -> None:  # noqa: ARG001 - the suite's signature
+    """The collector accepts again (what it received is kept)."""
+    peer().set_faults()
+
+
+def break_sink_permanently(context: ExporterContext) -> None:  # noqa: ARG001
+    """The collector refuses the exporter's credentials (401) for ever from now on."""
+    peer().set_faults(Fault.http(401, times=None, message="credentials refused"))
+
+
 def _instances(context: ExporterContext) -> set[str]:
     receipt = context.export_dir / RECEIPT_FILE
     if not receipt.exists():

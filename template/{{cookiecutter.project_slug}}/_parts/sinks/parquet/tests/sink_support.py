@@ -19,6 +19,15 @@ from traceml_exporter_example.exporter import read_export as _read_export
 
 __all__ = ["query", "read_export"]
 
+SKIP_CHECKS = {
+    "permanent_fault_marked": (
+        "a file sink has no fault waiting cannot fix (a full disk, a folder moved away or "
+        "a file another process holds may all pass), so there is no break_sink_permanently "
+        "to check the permanent marker with"
+    ),
+}
+"""The suite's checks this sink cannot run, and why (the shared class reads it)."""
+
 
 def read_export(context: ExporterContext) -> Mapping[str, list[dict[str, Any]]]:
     """What this context's exporter wrote, per selected stream, as record dicts."""

@@ -105,10 +105,12 @@ def postgres() -> Iterator[Database]:
 
 @pytest.fixture(autouse=True)
 def mend_sink(postgres: Database) -> Iterator[None]:
-    """Every test starts and ends with a reachable database and no override of the conninfo."""
+    """Every test starts and ends with a reachable database that takes rows, and no override
+    of the conninfo."""
     yield
     os.environ.pop(CONNINFO_ENV, None)
     postgres.refuse_connections(False)
+    _accept_rows(postgres)
 
 
 def proxy_to(server: PostgresServer) -> TcpFaultProxy:
@@ -185,6 +187,56 @@ def break_sink(context: ExporterContext) -> None:
     (database,) = _ACTIVE
     database.refuse_connections()
     database.kill_exporters()
+
+
+def repair_sink(context: ExporterContext) -> None:
+    """Let connections into the database again."""
+    del context
+    (database,) = _ACTIVE
+    database.refuse_connections(False)
+
+
+_REFUSE = "traceml_test_refuses_rows"
+"""The constraint ``break_sink_permanently`` adds: a schema that refuses every new row."""
+
+
+def _exporter_tables(database: Database) -> list[tuple[str, str]]:
+    """Every table with the exporter's ``_run_id`` column (its stream tables)."""
+    rows = database.execute(
+        "SELECT c.table_schema, c.table_name FROM information_schema.columns c "
+        "JOIN information_schema.tables t USING (table_schema, table_name) "
+        "WHERE c.column_name = '_run_id' AND t.table_type = 'BASE TABLE'"
+    )
+    return [(schema, table) for schema, table in rows or ()]
+
+
+def break_sink_permanently(context: ExporterContext) -> None:
+    """Change every table the exporter writes to a schema that refuses every new row (a
+    ``CHECK (false)`` constraint, SQLSTATE 23514): a schema the sink refuses."""
+    del context
+    (database,) = _ACTIVE
+    for schema, table in _exporter_tables(database):
+        database.execute(
+            sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} CHECK (false) NOT VALID").format(
+                sql.Identifier(schema), sql.Identifier(table), sql.Identifier(_REFUSE)
+            )
+        )
+
+
+def _accept_rows(database: Database) -> None:
+    """Drop the constraint ``break_sink_permanently`` added, wherever it is."""
+    refusing = database.execute(
+        "SELECT n.nspname, c.relname FROM pg_constraint k "
+        "JOIN pg_class c ON c.oid = k.conrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE k.conname = %s",
+        (_REFUSE,),
+    )
+    for schema, table in refusing or ():
+        database.execute(
+            sql.SQL("ALTER TABLE {}.{} DROP CONSTRAINT {}").format(
+                sql.Identifier(schema), sql.Identifier(table), sql.Identifier(_REFUSE)
+            )
+        )
 
 
 def broken_context(context: ExporterContext) -> ExporterContext:

@@ -48,6 +48,7 @@ __all__ = [
     "metrics_server",
     "prometheus_peer",
     "read_export",
+    "repair_sink",
     "rows",
     "selector",
 ]
@@ -59,7 +60,13 @@ _NO_ROWS = (
     "records); test_conformance.py's round trips prove the aggregates instead"
 )
 SKIP_CHECKS = dict.fromkeys(RECORD_LEVEL_CHECKS, _NO_ROWS)
-"""The suite's row-level data-fidelity checks, skipped by name with the reason."""
+SKIP_CHECKS["permanent_fault_marked"] = (
+    "the test Prometheus has no credentials to refuse and takes every well-formed write, "
+    "so there is no break_sink_permanently; a refused bearer token (vmauth in front of "
+    "VictoriaMetrics) raised marked permanent is tested in tests/test_exporter.py"
+)
+"""The suite's row-level data-fidelity checks and the permanent fault, skipped by name
+with the reason."""
 
 _SERVERS: dict[str, MetricsServer] = {}
 _STACKS: list[Any] = []
@@ -115,6 +122,11 @@ def broken_context(context: ExporterContext) -> ExporterContext:
 def break_sink(context: ExporterContext) -> None:  # noqa: ARG001 - the suite's signature
     """Stop Prometheus (the fixture starts it again after the test)."""
     metrics_server("prometheus").stop()
+
+
+def repair_sink(context: ExporterContext) -> None:  # noqa: ARG001 - the suite's signature
+    """Start Prometheus again."""
+    metrics_server("prometheus")
 
 
 # -- reading back, and what should be read ---------------------------------------------
