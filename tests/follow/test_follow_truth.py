@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +32,11 @@ from follow_helpers import (
     finish,
     follow,
 )
+from traceml_exporter_sdk import ExporterContext, ExportWorker
+from traceml_exporter_sdk._bridge.follow.follower import Follower
+from traceml_exporter_sdk._bridge.follow.run import RunFolder
+from traceml_exporter_sdk.jsonl import make_exporter as make_jsonl
+from traceml_exporter_sdk.records import StepTimeRecord
 from waiting import wait_for
 from writer050 import Writer050, step_records
 
@@ -391,3 +397,37 @@ def test_the_rows_read_are_distinct_rows_not_reads(run: Writer050) -> None:
     assert "3 exporter failures" in out, out
     assert "step_time_samples (300 rows)" in out, out
     assert "(300 rows read" in out, out
+
+
+# -- 6. what the random fault schedules found (tests/chaos) ------------------------------
+
+
+def test_rows_of_tables_made_after_the_database_was_opened_are_counted_at_a_stop(
+    tmp_path: Path,
+) -> None:
+    """Chaos seeds 145 and 27: the follower opened a new run's database before TraceML
+    made its tables, and a stop came before a pass read them: the rows left were counted
+    over the tables planned at the open (none), ``lag_rows 0, lost {}``."""
+    writer = Writer050(tmp_path / "run1", tables=())
+    try:
+        folder = RunFolder.at(writer.root)
+        context = ExporterContext.create(folder.root, None, False)
+        stop = threading.Event()
+        follower = Follower(
+            folder, lambda: ExportWorker(make_jsonl, context), poll_interval=0.01, stop=stop
+        )
+        source, resumed = follower.open_source()
+        assert not source.tables
+        writer.create(StepTimeRecord)
+        writer.flush(step_records(0, 5))
+        stop.set()  # SIGTERM, before the loop's first pass
+        follower.start()
+        result = follower.run(source, resumed)
+    finally:
+        writer.disconnect()
+    assert result.end == "interrupted"
+    assert result.left_rows == 5
+    assert result.lost == {"interrupted": 5}
+    final = follower.status.snapshot()
+    assert final["lag_rows"] == 5, final
+    assert final["lost"] == {"interrupted": 5}, final
