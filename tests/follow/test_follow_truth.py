@@ -431,3 +431,39 @@ def test_rows_of_tables_made_after_the_database_was_opened_are_counted_at_a_stop
     final = follower.status.snapshot()
     assert final["lag_rows"] == 5, final
     assert final["lost"] == {"interrupted": 5}, final
+
+
+@pytest.mark.parametrize("hung", [False, True], ids=["read-through", "hung-call"])
+def test_a_logs_folder_stopped_by_sigterm_says_rows_pruned_in_its_exit_code(
+    run: Writer050, tmp_path: Path, hung: bool
+) -> None:
+    """Chaos seed 9: rows pruned before they were read (during a hung call: never read),
+    then SIGTERM: ``--logs-dir`` exited 0, the run's interruption hiding that the rows are
+    gone for good, counted only in its status."""
+    flag = tmp_path / "hang"
+    flag.touch()
+    follower = follow(
+        run.root.parent, "--shutdown-timeout", "5", *SERVICE, spec=HANGING, where="--logs-dir",
+        HANG_FLAG=str(flag), HANG_AFTER_RECORDS="50" if hung else "1000000",
+    )  # fmt: skip
+    port = metrics_port(follower)
+    feed(run, 0, 50)
+    wait_for(lambda: acked(run.root) == 50, "the first 50 rows acknowledged")
+    table = "step_time_samples"
+    if hung:
+        run.flush(step_records(50, 10))  # read, and the sink hangs in their write
+        call = 'traceml_exporter_follow_exporter_call_seconds{run="run1"}'
+        wait_for(lambda: (value(scrape(port)[1], call) or 0) > 0.2, "the hung call")
+        run.flush(step_records(60, 50), prune={table: 110})  # 50 written and pruned unread
+    else:
+        run.flush(step_records(50, 60), prune={table: 100})  # 50 pruned before read
+        wait_for(lambda: acked(run.root) == 110, "the rows after the gap acknowledged")
+    wait_for(lambda: catches(follower, signal.SIGTERM))
+    follower.send_signal(signal.SIGTERM)
+    flag.unlink()  # the hung call returns within --shutdown-timeout: the drain finishes
+    code, out, err = finish(follower)
+    final = status(run.root)
+    assert final["end"] == "interrupted", final
+    assert final["lost"] == {"pruned": 50}, final
+    assert code == EXIT_INCOMPLETE, (out, err)
+    assert "run1: exit 6" in out, out
