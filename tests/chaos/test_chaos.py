@@ -25,9 +25,10 @@ CI_SEEDS = (7, 21, 33, 35, 36, 263)
 """Seeds whose schedules, together, draw every fault in ``FAULTS`` in both modes: a
 permanent failure in ``--logs-dir`` (7, 36), deleted runs (7, 33), orphaned runs after a
 restart (21), rows left by SIGTERM (35), SIGTERM during a hung call (263); each of 7,
-21, 33, 35, 36 broke an invariant on the follower before issue 39's fixes. Seed 9 is
-left out, not passed: with the fixes it still breaks ``exit-code-hides-loss`` about one
-run in twelve (rows pruned during a hang, then SIGTERM: ``--logs-dir`` exits 0)."""
+21, 33, 35, 36 broke an invariant on the follower before issue 39's fixes. Seeds 9 and
+145, which broke one now and then after those fixes, are left out: what they found is
+timing-bound here and is pinned by deterministic tests in ``tests/follow``
+(``test_follow_truth.py``, section 6)."""
 XFAIL: dict[int, str] = {}
 """Seeds that break an invariant the follower does not keep yet: seed -> the violation."""
 

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +32,11 @@ from follow_helpers import (
     finish,
     follow,
 )
+from traceml_exporter_sdk import ExporterContext, ExportWorker
+from traceml_exporter_sdk._bridge.follow.follower import Follower
+from traceml_exporter_sdk._bridge.follow.run import RunFolder
+from traceml_exporter_sdk.jsonl import make_exporter as make_jsonl
+from traceml_exporter_sdk.records import StepTimeRecord
 from waiting import wait_for
 from writer050 import Writer050, step_records
 
@@ -391,3 +397,73 @@ def test_the_rows_read_are_distinct_rows_not_reads(run: Writer050) -> None:
     assert "3 exporter failures" in out, out
     assert "step_time_samples (300 rows)" in out, out
     assert "(300 rows read" in out, out
+
+
+# -- 6. what the random fault schedules found (tests/chaos) ------------------------------
+
+
+def test_rows_of_tables_made_after_the_database_was_opened_are_counted_at_a_stop(
+    tmp_path: Path,
+) -> None:
+    """Chaos seeds 145 and 27: the follower opened a new run's database before TraceML
+    made its tables, and a stop came before a pass read them: the rows left were counted
+    over the tables planned at the open (none), ``lag_rows 0, lost {}``."""
+    writer = Writer050(tmp_path / "run1", tables=())
+    try:
+        folder = RunFolder.at(writer.root)
+        context = ExporterContext.create(folder.root, None, False)
+        stop = threading.Event()
+        follower = Follower(
+            folder, lambda: ExportWorker(make_jsonl, context), poll_interval=0.01, stop=stop
+        )
+        source, resumed = follower.open_source()
+        assert not source.tables
+        writer.create(StepTimeRecord)
+        writer.flush(step_records(0, 5))
+        stop.set()  # SIGTERM, before the loop's first pass
+        follower.start()
+        result = follower.run(source, resumed)
+    finally:
+        writer.disconnect()
+    assert result.end == "interrupted"
+    assert result.left_rows == 5
+    assert result.lost == {"interrupted": 5}
+    final = follower.status.snapshot()
+    assert final["lag_rows"] == 5, final
+    assert final["lost"] == {"interrupted": 5}, final
+
+
+@pytest.mark.parametrize("hung", [False, True], ids=["read-through", "hung-call"])
+def test_a_logs_folder_stopped_by_sigterm_says_rows_pruned_in_its_exit_code(
+    run: Writer050, tmp_path: Path, hung: bool
+) -> None:
+    """Chaos seed 9: rows pruned before they were read (during a hung call: never read),
+    then SIGTERM: ``--logs-dir`` exited 0, the run's interruption hiding that the rows are
+    gone for good, counted only in its status."""
+    flag = tmp_path / "hang"
+    flag.touch()
+    follower = follow(
+        run.root.parent, "--shutdown-timeout", "5", *SERVICE, spec=HANGING, where="--logs-dir",
+        HANG_FLAG=str(flag), HANG_AFTER_RECORDS="50" if hung else "1000000",
+    )  # fmt: skip
+    port = metrics_port(follower)
+    feed(run, 0, 50)
+    wait_for(lambda: acked(run.root) == 50, "the first 50 rows acknowledged")
+    table = "step_time_samples"
+    if hung:
+        run.flush(step_records(50, 10))  # read, and the sink hangs in their write
+        call = 'traceml_exporter_follow_exporter_call_seconds{run="run1"}'
+        wait_for(lambda: (value(scrape(port)[1], call) or 0) > 0.2, "the hung call")
+        run.flush(step_records(60, 50), prune={table: 110})  # 50 written and pruned unread
+    else:
+        run.flush(step_records(50, 60), prune={table: 100})  # 50 pruned before read
+        wait_for(lambda: acked(run.root) == 110, "the rows after the gap acknowledged")
+    wait_for(lambda: catches(follower, signal.SIGTERM))
+    follower.send_signal(signal.SIGTERM)
+    flag.unlink()  # the hung call returns within --shutdown-timeout: the drain finishes
+    code, out, err = finish(follower)
+    final = status(run.root)
+    assert final["end"] == "interrupted", final
+    assert final["lost"] == {"pruned": 50}, final
+    assert code == EXIT_INCOMPLETE, (out, err)
+    assert "run1: exit 6" in out, out

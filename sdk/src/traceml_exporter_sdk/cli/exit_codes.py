@@ -60,8 +60,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_INTERNAL: "internal error (a bug); TRACEML_EXPORTER_DEBUG=1 shows the traceback",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C, or SIGTERM for follow --session-root); replay and "
     "follow drain what they read and record the stop (follow saves its bookmark); follow "
-    "--logs-dir stopped by SIGTERM exits 0, or its runs' most pressing code when one lost "
-    "rows or failed",
+    "--logs-dir stopped by SIGTERM exits 0 unless a run lost rows or failed (then its runs' "
+    "worst code: 6 for rows pruned before they were read)",
 }
 
 EXIT_EPILOG = "exit codes:\n" + "\n".join(

@@ -22,7 +22,16 @@ if TYPE_CHECKING:
     from .._bridge.follow import FollowResult, RunFolder
     from ..worker import ExportWorker
 
-__all__ = ["ENDS", "end_message", "exit_code", "follow_summary", "leave_the_truth", "worst"]
+__all__ = [
+    "ENDS",
+    "end_message",
+    "exit_code",
+    "follow_summary",
+    "gone_for_good",
+    "leave_the_truth",
+    "service_exit_code",
+    "worst",
+]
 
 ENDS = {
     "complete": "complete (TraceML marked the telemetry finished; every row acknowledged)",
@@ -152,8 +161,9 @@ def follow_summary(
         error_line(f"exporter {spec!r} stalled: it took no batch for --shutdown-timeout")
     elif code == EXIT_INCOMPLETE:
         why = ENDS[result.end] if result.end != "complete" else "the run completed"
-        if result.pruned_rows:
-            why += f"; {result.pruned_rows:,} rows were pruned by retention before they were read"
+        pruned = max(result.pruned_rows, result.lost.get("pruned", 0))
+        if pruned:
+            why += f"; {pruned:,} rows were pruned by retention before they were read"
         if result.skipped_before + source.skipped:
             why += f"; {result.skipped_before + source.skipped:,} rows fit no record"
         error_line(f"the export is incomplete: {why}")
@@ -179,10 +189,25 @@ def exit_code(result: FollowResult) -> int:
         return EXIT_EXPORT
     if result.end == "read-error":
         return EXIT_INPUT
-    skipped = result.skipped_before + result.source.skipped
-    if result.end in INCOMPLETE_ENDS or result.pruned_rows or skipped:
+    if result.end in INCOMPLETE_ENDS or gone_for_good(result):
         return EXIT_INCOMPLETE
     return EXIT_OK
+
+
+def service_exit_code(result: FollowResult) -> int:
+    """A run's part in the exit status of ``--logs-dir``, which SIGTERM is how one stops:
+    its interruption says nothing, but rows it lost for good still do (exit 6)."""
+    code = exit_code(result)
+    if code != EXIT_INTERRUPTED:
+        return code
+    return EXIT_INCOMPLETE if gone_for_good(result) else EXIT_OK
+
+
+def gone_for_good(result: FollowResult) -> int:
+    """Rows no restart brings back: pruned before they were read (as ``lost`` counts them,
+    unread rows past the reading position too) and rows that fit no record."""
+    pruned = max(result.pruned_rows, result.lost.get("pruned", 0))
+    return pruned + result.skipped_before + result.source.skipped
 
 
 def worst(codes: list[int]) -> int:

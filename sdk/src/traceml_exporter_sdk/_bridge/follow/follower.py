@@ -238,6 +238,9 @@ class Follower:
                 source.close()
 
     def _count_on(self, source: SqliteSource) -> None:
+        if source.missing:
+            # tables TraceML made since the last pass (or the open) hold rows too
+            plan_tables(source, self._streams)
         highest = source.highest_ids()
         if highest:
             self.ledger.lag(source, highest, self._clock(), lowest=source.lowest_ids())

@@ -357,7 +357,7 @@ def _follow_logs_dir(
     out: TextIO,
 ) -> int:
     from ..._bridge.follow.service import LogsDirectory
-    from ..follow_summary import end_message, exit_code, leave_the_truth, worst
+    from ..follow_summary import end_message, leave_the_truth, service_exit_code, worst
 
     logs = Path(args.logs_dir)
     if not logs.is_dir():
@@ -388,7 +388,9 @@ def _follow_logs_dir(
         if metrics is not None:
             metrics.close()
     jobs = [*directory.jobs.values(), *directory.deleted]
-    codes = {job.folder.name: exit_code(job.result) for job in jobs if job.result is not None}
+    codes = {
+        job.folder.name: service_exit_code(job.result) for job in jobs if job.result is not None
+    }
     for job in directory.deleted:  # a run exported whole and then deleted lost nothing
         if job.status.lost.get("run_deleted"):
             codes[job.folder.name] = worst([codes.get(job.folder.name, EXIT_OK), EXIT_INCOMPLETE])
@@ -402,10 +404,10 @@ def _follow_logs_dir(
     lines += [
         f"  {name}: exit {code}: {job.status.message or job.status.end}"
         for job in jobs
-        if (code := codes.get(name := job.folder.name, EXIT_OK)) not in (EXIT_OK, EXIT_INTERRUPTED)
+        if (code := codes.get(name := job.folder.name, EXIT_OK)) != EXIT_OK
     ]
     out.write("\n".join(lines) + "\n")
-    code = worst([c for c in codes.values() if c != EXIT_INTERRUPTED])
+    code = worst(list(codes.values()))
     if code != EXIT_OK:
         return code
     return EXIT_INTERRUPTED if signals.name == "SIGINT" else EXIT_OK
