@@ -225,7 +225,7 @@ def _record(cls: type[Any], foreign: bool, non_finite: bool = False) -> st.Searc
     fields = {s.name: _field(s, non_finite) for s in specs if s.name not in _IDENTITY}
     for spec in specs:
         if spec.name.endswith("timestamp_unix_ns"):
-            stamps = st.one_of(timestamps_ns(), _ints())
+            stamps = st.one_of(timestamps_ns(), _ints(RULES.get(spec.name)))
             fields[spec.name] = _maybe(stamps) if spec.nullable else stamps
     fields.pop("hostname", None)
 
