@@ -208,7 +208,7 @@ DECLARED_SKIPS = {
     "parquet": 1,
     "tensorboard": 2,
     "prometheus": 7,
-    "mlflow": 10,
+    "mlflow": 11,
 }
 """Sink -> how many of the suite's checks it skips by name (its sink_support.SKIP_CHECKS):
 a file sink has no fault waiting cannot fix (permanent_fault_marked); the jsonl, sqlite

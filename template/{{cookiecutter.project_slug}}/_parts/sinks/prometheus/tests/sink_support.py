@@ -164,11 +164,13 @@ def selector(name: str, **labels: str | list[str]) -> str:
 
 def rows(values: dict[str, float]) -> dict[str, list[dict[str, Any]]]:
     """``{series: value}`` grouped by the stream each series comes from, sorted; values to
-    12 significant digits (over restarted instances a sum adds up in another order)."""
+    12 significant digits (over restarted instances a sum adds up in another order); a
+    zero has no sign (the stores give back a sum of -0.0, e.g. a negative subnormal
+    duration in seconds, as 0)."""
     out: dict[str, list[dict[str, Any]]] = {}
     for series in sorted(values):
         stream = _stream(series.partition("{")[0])
-        out.setdefault(stream, []).append({"series": series, "value": f"{values[series]:.12g}"})
+        out.setdefault(stream, []).append({"series": series, "value": f"{values[series] + 0.0:.12g}"})
     return out
 
 
