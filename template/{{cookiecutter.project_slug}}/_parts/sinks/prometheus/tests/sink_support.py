@@ -170,7 +170,9 @@ def rows(values: dict[str, float]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for series in sorted(values):
         stream = _stream(series.partition("{")[0])
-        out.setdefault(stream, []).append({"series": series, "value": f"{values[series] + 0.0:.12g}"})
+        out.setdefault(stream, []).append(
+            {"series": series, "value": f"{values[series] + 0.0:.12g}"}
+        )
     return out
 
 
