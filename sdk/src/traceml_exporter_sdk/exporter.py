@@ -65,12 +65,3 @@ def is_permanent(exc: BaseException) -> bool:
         except BaseException:  # an attribute that raises says nothing
             return False
     return False
-
-
-def setting_error(method: str, exc: BaseException) -> bool:
-    """Whether ``exc``, raised by ``method``, is a setting no new exporter can use: a
-    ``ValueError`` or ``TypeError`` out of ``open`` (``int("notanumber")`` for a port, a
-    conninfo that does not parse). ``open`` gets the same settings every time, so it
-    would fail the same way for ever; a network failure is an ``OSError`` or the
-    client's own error class, never one of these."""
-    return method == "open" and isinstance(exc, (ValueError, TypeError))

@@ -61,7 +61,7 @@ from ._export.report import (
     write_warning_file,
 )
 from .context import ExporterContext
-from .exporter import Exporter, is_permanent, setting_error
+from .exporter import Exporter, is_permanent
 from .factory import FactoryFailure, call_factory, load_exporter
 from .mapping import records_from_payload
 from .records import ExportRecord, RecordBatch
@@ -300,8 +300,15 @@ class ExportWorker:
 
     # -- worker thread ---------------------------------------------------------
 
-    def _fail(self, method: Method, error: str, *, permanent: bool = False) -> None:
-        self._failure = ExportFailure(method, error, permanent)
+    def _fail(
+        self,
+        method: Method,
+        error: str,
+        *,
+        permanent: bool = False,
+        error_type: type[BaseException] | None = None,
+    ) -> None:
+        self._failure = ExportFailure(method, error, permanent, error_type)
         self._exporter = None
         log_error(
             "[TraceML] exporter %r failed in %s: %s; export stopped for this run, "
@@ -347,8 +354,12 @@ class ExportWorker:
             getattr(exporter, method)(*args, **kwargs)
         except BaseException as exc:  # any raise stops export; the run goes on
             if not self._abandoned:
-                permanent = is_permanent(exc) or setting_error(method, exc)
-                self._fail(method, describe_exception(exc), permanent=permanent)
+                self._fail(
+                    method,
+                    describe_exception(exc),
+                    permanent=is_permanent(exc),
+                    error_type=type(exc),
+                )
             return False
         finally:
             self._call_now = None

@@ -41,6 +41,9 @@ class ExportFailure:
     method: Method
     error: str
     permanent: bool = False
+    error_type: type[BaseException] | None = field(default=None, compare=False)
+    """The class of what was raised (None: no exception, e.g. a factory not found); a
+    caller that retries (``follow``) judges by it."""
 
 
 @dataclass(frozen=True)

@@ -1,137 +1,35 @@
-"""What ``traceml-exporter follow`` says when a run's follow ends: the summary, the
-follower's ``finalization_warning.json`` (what is true at the end), and the exit code."""
+"""What ``traceml-exporter follow`` prints when it ends: one run's summary (with its
+error line) or a logs folder's, from the library's result; the exit code is the result's."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from .._bridge.follow.ending import ENDS
 from .errors import error_line
-from .exit_codes import (
-    EXIT_EXPORT,
-    EXIT_INCOMPLETE,
-    EXIT_INPUT,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_PERMANENT,
-)
+from .exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .replay_summary import bad_row_lines, location_lines, per_stream_lines, source_lines, summarize
 
 if TYPE_CHECKING:
-    from .._bridge.follow import FollowResult, RunFolder
-    from ..worker import ExportWorker
+    from ..follow import FollowResult, ServiceResult
 
-__all__ = [
-    "ENDS",
-    "end_message",
-    "exit_code",
-    "follow_summary",
-    "gone_for_good",
-    "leave_the_truth",
-    "service_exit_code",
-    "worst",
-]
-
-ENDS = {
-    "complete": "complete (TraceML marked the telemetry finished; every row acknowledged)",
-    "timed-out": "NOT complete: TraceML marked the run finished, but the drain passed "
-    "--shutdown-timeout before every row was acknowledged; started again, follow resumes "
-    "from the bookmark",
-    "aggregator-gone": "NOT FINISHED: the aggregator is gone and TraceML never marked the run "
-    "complete (killed?)",
-    "idle": "NOT FINISHED: no new row for --idle-timeout, the run is not marked complete and "
-    "its aggregator is gone or orphaned",
-    "exporter-failed": "stopped: the exporter failed",
-    "stalled": "stopped: the exporter took no batch for --shutdown-timeout",
-    "read-error": "stopped: the database could not be read",
-    "interrupted": "interrupted; drained, flushed, bookmark saved",
-    "deleted": "the run folder was deleted; what it held and was not exported is lost",
-}
-INCOMPLETE_ENDS = ("aggregator-gone", "idle", "deleted")
-SEVERITY = (EXIT_OK, EXIT_INTERRUPTED, EXIT_INCOMPLETE, EXIT_INPUT, EXIT_EXPORT, EXIT_PERMANENT)
-"""Exit codes from the least to the most pressing: ``--logs-dir`` ends with its runs' worst."""
+__all__ = ["follow_summary", "service_summary"]
 
 
-def end_message(result: FollowResult, signal_name: str | None = None) -> str:
-    """How the follow ended, in the words of the summary's ``run`` line."""
-    if result.end == "interrupted" and result.report.timed_out:
-        return (
-            f"interrupted ({signal_name or 'Ctrl-C'}); the exporter did not finish within "
-            f"--shutdown-timeout and was abandoned: {result.left_rows:,} rows not "
-            "acknowledged, the bookmark saved at the last acknowledgement"
-        )
-    if result.end == "interrupted":
-        return f"interrupted ({signal_name or 'Ctrl-C'}); drained, flushed, bookmark saved"
-    if result.end == "timed-out":
-        return (
-            "NOT complete: TraceML marked the run finished, but the drain passed "
-            f"--shutdown-timeout with {result.left_rows:,} rows not acknowledged; started "
-            "again, follow resumes from the bookmark"
-        )
-    if result.end == "exporter-failed" and result.permanent:
-        return "stopped: the exporter failed permanently (retrying cannot fix it)"
-    if result.end == "exporter-failed" and result.gave_up:
-        return "stopped: the sink was still down after --max-outage"
-    return ENDS[result.end]
-
-
-def leave_the_truth(result: FollowResult, folder: RunFolder, message: str) -> None:
-    """Write the follower's ``finalization_warning.json`` when something is lost or
-    unfinished; remove an earlier one when this follow ended complete with nothing lost
-    (earlier failures it recovered from are history in ``status.json``)."""
-    from .._bridge.follow import record_follow
-
-    if result.end == "deleted":
-        return  # nowhere to write it: the folder stays deleted (the loss is in /metrics)
-    source = result.source
-    incomplete = result.end in INCOMPLETE_ENDS or result.pruned_rows > 0
-    skipped = result.skipped_before + source.skipped
-    report = result.report
-    lost = report.exporter_failed or report.dropped_batches or report.timed_out or result.lost
-    if not (incomplete or skipped or result.bookmark_error or result.end != "complete" or lost):
-        with contextlib.suppress(FileNotFoundError):
-            folder.warning_path.unlink()
-        result.report = dataclasses.replace(report, warning_path=None)
-        return
-    block: dict[str, Any] = {
-        "run_end": result.end,
-        "message": message,
-        "rows_read": source.rows_read,
-        "pruned_rows": source.pruned,
-        "skipped_rows": skipped,
-        "bookmark": str(folder.bookmark_path) if folder.bookmark_path.exists() else None,
-        "bookmark_error": result.bookmark_error,
-        "exporter_failures": result.exporter_failures,
-        "resent_records": result.resent_records,
-        "permanent_failure": result.permanent,
-        "lost": dict(result.lost),
-        "exit_code": exit_code(result),
-    }
-    record_follow(result, folder, block)
-    result.report = dataclasses.replace(
-        report, warning_path=result.warning_path, warning_error=result.warning_error
-    )
-
-
-def follow_summary(
-    result: FollowResult,
-    folder: RunFolder,
-    worker: ExportWorker,
-    spec: str,
-    out: TextIO,
-    signal_name: str | None = None,
-) -> int:
+def follow_summary(result: FollowResult, spec: str, out: TextIO, signal_name: str | None) -> int:
     """Print the summary of one run's follow and return its exit code."""
     source, report = result.source, result.report
+    folder, context = result.folder, result.context
+    assert folder is not None, "a result of follow_run"
+    assert context is not None, "a result of follow_run"
     skipped = result.skipped_before + source.skipped
     lines = [
         f"follow of {folder.root} ({source.rows_read:,} rows read"
         f"{', resumed from the bookmark' if result.resumed else ''}) into {spec}"
     ]
-    lines += location_lines(worker)
+    lines += location_lines(context)
     lines += source_lines(source)
-    lines += per_stream_lines(report, worker.context.streams)
+    lines += per_stream_lines(report, context.streams)
     lines.append(f"{'skipped units':<26} {report.skipped_units + skipped:,}")
     lines += bad_row_lines(source)
     if result.exporter_failures:
@@ -141,7 +39,7 @@ def follow_summary(
             f"{result.exporter_failures:,} exporter failures, {result.resent_records:,} "
             "records sent again)"
         )
-    lines.append(f"{'run':<26} {end_message(result, signal_name)}")
+    lines.append(f"{'run':<26} {result.message}")
     if result.lost:
         lost = ", ".join(f"{rows:,} {reason}" for reason, rows in result.lost.items())
         lines.append(f"{'not exported':<26} {lost}")
@@ -149,7 +47,7 @@ def follow_summary(
     held = bookmark if bookmark.exists() else "none (nothing was acknowledged)"
     lines.append(f"{'bookmark':<26} {result.bookmark_error or held}")
     summarize(report, lines, out, spec, None, "")
-    code = exit_code(result)
+    code = result.exit_code
     if result.end == "interrupted":
         where = (
             f"the bookmark {bookmark}" if bookmark.exists() else "no bookmark (none acknowledged)"
@@ -170,46 +68,22 @@ def follow_summary(
     return code
 
 
-def exit_code(result: FollowResult) -> int:
-    """The exit code of one run's follow (docs/follow.md, "Exit codes")."""
-    report = result.report
-    if result.end == "interrupted" and not report.timed_out:
-        return EXIT_INTERRUPTED
-    if result.end == "deleted":
-        return EXIT_INCOMPLETE  # nothing to retry: the rows are gone with the folder
-    if result.permanent:
-        return EXIT_PERMANENT
-    if (
-        report.failure is not None
-        or report.timed_out
-        or report.dropped_batches
-        or report.warning_error is not None
-        or result.end in ("stalled", "timed-out")
-    ):
-        return EXIT_EXPORT
-    if result.end == "read-error":
-        return EXIT_INPUT
-    if result.end in INCOMPLETE_ENDS or gone_for_good(result):
-        return EXIT_INCOMPLETE
-    return EXIT_OK
-
-
-def service_exit_code(result: FollowResult) -> int:
-    """A run's part in the exit status of ``--logs-dir``, which SIGTERM is how one stops:
-    its interruption says nothing, but rows it lost for good still do (exit 6)."""
-    code = exit_code(result)
-    if code != EXIT_INTERRUPTED:
+def service_summary(service: ServiceResult, out: TextIO, signal_name: str | None) -> int:
+    """Print what following a logs folder did and return its exit code: the runs' worst,
+    else 0 for SIGTERM (how a service is stopped) and 130 for Ctrl-C."""
+    states = ", ".join(f"{n} {state}" for state, n in sorted(service.states.items()))
+    lines = [
+        f"follow of {service.logs_dir}: {len(service.runs)} run(s) followed "
+        f"({states or 'none'}), {len(service.passed)} passed over, "
+        f"{len(service.elsewhere)} followed elsewhere; stopped by {signal_name or 'a signal'}"
+    ]
+    lines += [
+        f"  {run.name}: exit {run.exit_code}: {run.message}"
+        for run in service.runs
+        if run.exit_code != EXIT_OK
+    ]
+    out.write("\n".join(lines) + "\n")
+    code = service.exit_code
+    if code != EXIT_OK:
         return code
-    return EXIT_INCOMPLETE if gone_for_good(result) else EXIT_OK
-
-
-def gone_for_good(result: FollowResult) -> int:
-    """Rows no restart brings back: pruned before they were read (as ``lost`` counts them,
-    unread rows past the reading position too) and rows that fit no record."""
-    pruned = max(result.pruned_rows, result.lost.get("pruned", 0))
-    return pruned + result.skipped_before + result.source.skipped
-
-
-def worst(codes: list[int]) -> int:
-    """The most pressing of several runs' exit codes (``SEVERITY``); 0 for none."""
-    return max(codes, key=SEVERITY.index, default=EXIT_OK)
+    return EXIT_INTERRUPTED if signal_name == "SIGINT" else EXIT_OK

@@ -18,6 +18,7 @@ from .exit_codes import EXIT_EXPORT, EXIT_INTERRUPTED, EXIT_OK
 if TYPE_CHECKING:
     from .._bridge.sqlite_source import SqliteSource
     from .._export.feeding import Stop
+    from ..context import ExporterContext
     from ..worker import ExportReport, ExportWorker
 
 __all__ = [
@@ -97,11 +98,11 @@ def end_replay(
     return report, stop
 
 
-def location_lines(worker: ExportWorker) -> list[str]:
-    """Where the replay wrote: the session root and the export folder."""
+def location_lines(context: ExporterContext) -> list[str]:
+    """Where the exporter wrote: the session root and the export folder."""
     return [
-        f"{'session root':<26} {worker.context.session_root}",
-        f"{'export dir':<26} {worker.context.export_dir}",
+        f"{'session root':<26} {context.session_root}",
+        f"{'export dir':<26} {context.export_dir}",
     ]
 
 

@@ -32,10 +32,9 @@ Guarantees (docs/follow.md):
 from __future__ import annotations
 
 import contextlib
-import gc
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..._export.feeding import wait_for_room
@@ -53,7 +52,7 @@ from .database import Signature, connect, files_signature, finish_traceml_close
 from .ledger import BOOKMARK_VERSION, Ledger
 from .loss import tally
 from .result import FAILED_ENDS, End, FollowResult
-from .retry import Backoff
+from .retry import Backoff, permanent
 from .run import FollowError, RunFolder, run_complete
 from .status import RunStatus
 
@@ -66,8 +65,6 @@ ALIVE_CHECK_S = 2.0
 MANIFEST_GRACE_S = 10.0
 """Seconds to wait, once the aggregator is gone, for TraceML's launcher to mark the manifest
 (it does so after its aggregator exits); less when the launcher is seen to be gone too."""
-GC_YOUNG_THRESHOLD = 50_000
-"""Allocations between collections of the cyclic GC's youngest generation while following."""
 REREAD_S = 1.0
 """Longest the follower goes without reading while the database's files look unchanged."""
 PASS_S = 1.0
@@ -143,10 +140,6 @@ class Follower:
 
     def run(self, source: SqliteSource, resumed: bool) -> FollowResult:
         """Follow until the run ends, a permanent failure, or ``stop``; then drain and close."""
-        with fewer_collections():
-            return self._run(source, resumed)
-
-    def _run(self, source: SqliteSource, resumed: bool) -> FollowResult:
         self.status.update(state="following")
         while True:
             end = self._attempt(source)
@@ -158,7 +151,7 @@ class Follower:
                 end = "interrupted"
                 break
             end = "exporter-failed"
-            if failure.permanent:
+            if permanent(failure):
                 self.status.failed(f"{failure.method}: {failure.error}", 0, permanent=True)
                 break
             outage = self.status.outage
@@ -265,14 +258,14 @@ class Follower:
             finish_traceml_close(self.folder)
         combined = self._combined(report)
         failure = combined.failure
-        permanent = failure is not None and failure.permanent
+        lasting = failure is not None and permanent(failure)
         lost = tally(
             end,
             left,
             pruned=max(self.status.rows_pruned, source.pruned_rows),
             skipped=self.ledger.skipped_before + source.skipped,
             timed_out=report.timed_out,
-            permanent=permanent,
+            permanent=lasting,
             gave_up=extra.get("gave_up", False),
         )
         state = "deleted" if end == "deleted" else "failed" if end in FAILED_ENDS else "done"
@@ -289,9 +282,12 @@ class Follower:
             outages=snapshot["outages"] + ([snapshot["outage"]] if snapshot["outage"] else []),
             exporter_failures=snapshot["exporter_failures"],
             resent_records=snapshot["resent_records"],
-            permanent=permanent,
+            permanent=lasting,
             lost=lost,
             left_rows=left,
+            exported=dict(snapshot["exported"]),
+            folder=self.folder,
+            context=self.worker.context,
             **extra,
         )
 
@@ -371,7 +367,7 @@ class Follower:
         if self.worker.failure is None:
             source.count_tail_pruned()
             self.ledger.mark(source, self._clock())
-        return end  # after a failure, ``_run`` sees it
+        return end  # after a failure, ``run`` sees it
 
     def _cut_short(self) -> bool:
         return self._stalled or self.worker.failure is not None or self.stop.is_set()
@@ -466,21 +462,3 @@ class Follower:
                 return
             if self.stop.wait(self.poll_interval):
                 return
-
-
-@contextlib.contextmanager
-def fewer_collections() -> Iterator[None]:
-    """Collect the cyclic GC's youngest generation every ``GC_YOUNG_THRESHOLD`` allocations
-    instead of 700, and restore the thresholds after.
-
-    Each row makes a record and, for step_time, a dozen dicts, and up to ``QUEUE_LIMIT``
-    pages of them wait in the worker's queue: at the default threshold the collector
-    scans them again and again, about a third of the follower's CPU time. Rows and
-    records hold no reference cycles, so nothing waits longer to be freed.
-    """
-    old = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *old[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)

@@ -6,7 +6,7 @@ a finished run keeps its last figures, and a hung exporter call shows its age (t
 follower's own threads need not run for it). Every series has a ``run`` label (the run
 folder's name), but those of deleted runs, which leave: their count and rows lost stay
 in two series of the service's own. ``/healthz`` answers 503 while a run's sink is down
-or an exporter call is stuck.
+or an exporter call is stuck, and 200 ``waiting`` while no run is followed yet.
 """
 
 from __future__ import annotations
@@ -128,11 +128,16 @@ class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
 
 
 def _health(statuses: Statuses) -> tuple[str, bytes]:
+    """503 naming the runs whose sink is down or stuck; else 200, ``waiting`` while no run
+    is followed yet (a follower waiting for its run is alive: liveness holds)."""
+    runs = list(statuses())
     troubled = [
-        f"{s['run'].rsplit('/', 1)[-1]}: {s['state']}" for s in statuses() if s["state"] in TROUBLED
+        f"{s['run'].rsplit('/', 1)[-1]}: {s['state']}" for s in runs if s["state"] in TROUBLED
     ]
     if troubled:
         return "503 Service Unavailable", ("\n".join(troubled) + "\n").encode()
+    if all(s["state"] == "waiting" for s in runs):
+        return "200 OK", b"waiting\n"
     return "200 OK", b"ok\n"
 
 

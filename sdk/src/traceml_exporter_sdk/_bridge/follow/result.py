@@ -1,4 +1,4 @@
-"""How a follow ended (``FollowResult``), and the follower's ``finalization_warning.json``
+"""How a follow ended (``FollowResult``: what was exported, what was lost and why), and the follower's ``finalization_warning.json``
 that records it when something was lost or is unfinished."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..._export.report import ExportReport, write_warning_file
+from ...context import ExporterContext
 from ..sqlite_source import SqliteSource
 from .loss import LossReason
 from .run import RunFolder
@@ -58,6 +59,18 @@ class FollowResult:
     """Rows not exported, per reason (the same figures as ``status.json``'s ``lost``)."""
     left_rows: int = 0
     """Rows in the database not acknowledged when the follow ended."""
+    exported: dict[str, int] = field(default_factory=dict)
+    """Records the sink acknowledged, per stream, over every follow of the run (resumed
+    from the bookmark): ``status.json``'s ``exported``."""
+    folder: RunFolder | None = None
+    """The run folder followed (its bookmark, its database)."""
+    context: ExporterContext | None = None
+    """What the exporters were given: the run folder, the export folder, the streams."""
+    message: str = ""
+    """How the follow ended, in words (the summary's ``run`` line; ``status.json``'s
+    ``message``); set when its end is written down."""
+    exit_code: int = 0
+    """The documented exit code of this end (docs/follow.md, "Exit codes")."""
 
     @property
     def pruned_rows(self) -> int:

@@ -1,4 +1,5 @@
-"""How long a follower waits before it makes a new exporter after a failure.
+"""How long a follower waits before it makes a new exporter after a failure, and which
+failures it does not retry.
 
 Exponential backoff with jitter (the OpenTelemetry Collector's retry, without its
 five-minute limit): the rows wait in TraceML's database, not in memory, so a
@@ -11,7 +12,12 @@ import math
 import random
 from dataclasses import dataclass
 
-__all__ = ["Backoff"]
+from ..._export.report import ExportFailure
+
+__all__ = ["SETTING_ERRORS", "Backoff", "permanent"]
+
+SETTING_ERRORS = (ValueError, TypeError)
+"""What ``open`` raises for a setting it cannot use (never for a sink that is down)."""
 
 
 @dataclass(frozen=True)
@@ -30,3 +36,16 @@ class Backoff:
         base = min(self.maximum, self.initial * self.multiplier ** min(max(0, attempt - 1), 64))
         spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
         return float(min(self.maximum, base * spread))
+
+
+def permanent(failure: ExportFailure) -> bool:
+    """Whether a new exporter cannot fix ``failure``: the exporter marked it permanent, its
+    factory failed, or ``open`` raised ``ValueError`` or ``TypeError``, a setting it cannot
+    parse (``int("notanumber")`` for a port, a conninfo that does not parse): ``open``
+    gets the same settings every time, so it would fail the same way for ever, while a
+    network failure is an ``OSError`` or the client's own error class. The worker itself
+    has no such rule (TraceML's has none): retrying is the follower's decision."""
+    if failure.permanent:
+        return True
+    raised = failure.error_type
+    return failure.method == "open" and raised is not None and issubclass(raised, SETTING_ERRORS)

@@ -12,7 +12,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,34 +20,20 @@ import orjson
 from ...context import ExporterContext
 from ...worker import ExportWorker
 from ..sqlite_source import SqliteSource
+from .errors import NoReadableTableError
 from .follower import Follower
 from .lock import RunLock, RunLockedError
 from .loss import LEFT_IN_DATABASE
 from .result import FollowResult
-from .retry import Backoff
 from .run import FollowError, RunFolder, ended_without_telemetry, run_complete, runs_under
-from .status import ENDED, RunStatus, progress_line, write_status
+from .settings import FollowSettings
+from .status import RunStatus
+from .watch import Watcher
 
-__all__ = ["FollowJob", "FollowSettings", "LogsDirectory", "Reporter"]
+__all__ = ["Exporter", "FollowJob", "LogsDirectory"]
 
-STATUS_INTERVAL_S = 5.0
-"""How often ``status.json`` is rewritten while nothing changes."""
-
-
-@dataclass(frozen=True)
-class FollowSettings:
-    """What every run's follower is given: the exporter and how to drive it."""
-
-    spec: str
-    streams: str | None
-    hostname: bool = False
-    flush_interval: float = 1.0
-    poll_interval: float = 0.25
-    idle_timeout: float = 300.0
-    shutdown_timeout: float = 60.0
-    backoff: Backoff = field(default_factory=Backoff)
-    stuck_after: float = 30.0
-    """An exporter call running longer than this shows as ``stuck`` (and ``/healthz`` 503)."""
+Exporter = str | Callable[[ExporterContext], object]
+"""The exporter setting (``"jsonl"``, ``"module:factory"``) or a factory callable."""
 
 
 class FollowJob:
@@ -57,14 +42,17 @@ class FollowJob:
     def __init__(
         self,
         folder: RunFolder,
+        exporter: Exporter,
         settings: FollowSettings,
         stop: threading.Event,
         finish: Callable[[FollowJob], None] | None = None,
     ) -> None:
         self.folder = folder
+        self.exporter = exporter
         self.settings = settings
         self.stop = stop
         self.status = RunStatus(folder.root, settings.stuck_after)
+        """``waiting`` until ``start``: shown (``/metrics``) while the run is awaited."""
         self.result: FollowResult | None = None
         self.follower: Follower | None = None
         self.opened: tuple[SqliteSource, bool] | None = None
@@ -75,11 +63,13 @@ class FollowJob:
         self.lock = RunLock(folder.lock_path)
         self.thread = threading.Thread(target=self._main, name=f"follow:{folder.name}", daemon=True)
 
-    def prepare(self) -> None:
+    def prepare(self, *, need_tables: bool = False) -> None:
         """Lock the run, open its database and make the first exporter (on this thread).
 
         Raises:
             RunLockedError: another process follows the run.
+            NoReadableTableError: ``need_tables`` and the database has no readable table of
+                the selected streams (one that may get one later is followed).
             FollowError: its bookmark or database cannot be used.
         """
         self.lock.acquire()
@@ -89,7 +79,7 @@ class FollowJob:
 
             def make_worker() -> ExportWorker:
                 return ExportWorker(
-                    settings.spec,
+                    self.exporter,
                     context,
                     queue_size=1_000_000,
                     flush_interval_s=settings.flush_interval,
@@ -107,6 +97,11 @@ class FollowJob:
                 status=self.status,
             )
             self.opened = self.follower.open_source()
+            source = self.opened[0]
+            if need_tables and source.unreadable and not source.tables:
+                from ...cli.replay_summary import no_table_message
+
+                raise NoReadableTableError(no_table_message(source, context.streams))
         except BaseException:
             self.lock.release()
             raise
@@ -142,46 +137,6 @@ class FollowJob:
         return not self.thread.is_alive() and (self.result is not None or self.error is not None)
 
 
-class Reporter:
-    """Shows the jobs' progress on stderr and keeps each run's ``status.json`` current."""
-
-    def __init__(self, write: Callable[[str], None], interval: float) -> None:
-        self.write = write
-        self.interval = interval
-        self._shown: dict[Path, tuple[str, float]] = {}
-        self._saved: dict[Path, float] = {}
-
-    def note(self, line: str) -> None:
-        if self.interval > 0:
-            self.write(line)
-
-    def tick(self, job: FollowJob, *, final: bool = False) -> None:
-        """A progress line when the state changed or the interval passed; the status file
-        when the state changed or ``STATUS_INTERVAL_S`` passed. A follow that is over is
-        shown once, when its job has said how it ended (``final``, or its thread done),
-        and a deleted run's status is not written (that would make its folder again)."""
-        snapshot = job.status.snapshot()
-        state = snapshot["state"]
-        ended = state in ENDED
-        if ended and not (final or job.done):
-            return  # its end is being written down: shown once it is
-        now = time.monotonic()
-        root = job.folder.root
-        shown, shown_at = self._shown.get(root, ("", -1e9))
-        changed = state != shown
-        due = self.interval > 0 and now - shown_at >= self.interval and not ended
-        if changed or due:
-            self._shown[root] = (state, now)
-            if self.interval > 0:
-                self.write(progress_line(snapshot))
-        if state == "deleted" or not job.folder.manifest_path.exists():
-            return  # a deleted run folder stays deleted
-        if changed or final or now - self._saved.get(root, -1e9) >= STATUS_INTERVAL_S:
-            self._saved[root] = now
-            if job.error is None or not isinstance(job.error, RunLockedError):
-                write_status(job.folder.status_path, snapshot)
-
-
 def _exported_already(folder: RunFolder) -> bool:
     """A complete run whose follow ended complete, every row acknowledged: its bookmark
     is at the end, nothing to read. Any other end (rows left by a timeout, a failure, a
@@ -204,15 +159,17 @@ class LogsDirectory:
     def __init__(
         self,
         logs_dir: Path,
+        exporter: Exporter,
         settings: FollowSettings,
         stop: threading.Event,
-        reporter: Reporter,
+        watcher: Watcher,
         finish: Callable[[FollowJob], None],
     ) -> None:
         self.logs_dir = logs_dir
+        self.exporter = exporter
         self.settings = settings
         self.stop = stop
-        self.reporter = reporter
+        self.watcher = watcher
         self.finish = finish
         self.jobs: dict[Path, FollowJob] = {}
         self.passed: dict[Path, str] = {}
@@ -242,13 +199,13 @@ class LogsDirectory:
                 continue
             if not folder.database.is_file():
                 continue  # starting: its database comes soon
-            job = FollowJob(folder, self.settings, self.stop, self.finish)
+            job = FollowJob(folder, self.exporter, self.settings, self.stop, self.finish)
             try:
                 job.prepare()
             except RunLockedError as exc:
                 if root not in self.elsewhere:
                     self.elsewhere[root] = str(exc)
-                    self.reporter.note(f"follow {folder.name}: skipped: {exc}")
+                    self.watcher.notice("elsewhere", f"follow {folder.name}: skipped: {exc}")
                 continue
             except (FollowError, OSError) as exc:
                 self._pass(folder, f"cannot be followed: {exc}")
@@ -270,7 +227,7 @@ class LogsDirectory:
                     lost=lost,
                     message=f"the run folder was deleted (its follow had ended {job.status.end})",
                 )
-            self.reporter.tick(job, final=True)
+            self.watcher.tick(job, final=True)
             del self.jobs[root]
             self.deleted.append(job)
             self.deleted_lost.update(job.status.lost)
@@ -279,22 +236,27 @@ class LogsDirectory:
 
     def _pass(self, folder: RunFolder, why: str) -> None:
         self.passed[folder.root] = why
-        self.reporter.note(f"follow {folder.name}: {why}")
+        self.watcher.notice("passed", f"follow {folder.name}: {why}")
 
-    def serve(self, poll: float, tick: Callable[[], None]) -> None:
-        """Look for runs every ``poll`` seconds until ``stop``; then wait for every job."""
+    def serve(self) -> None:
+        """Look for runs every ``runs_poll_interval`` seconds until ``stop``; then wait for
+        every job. Their status is shown and written meanwhile (``Watcher.tick``)."""
         next_look = 0.0
         while not self.stop.is_set():
             now = time.monotonic()
             if now >= next_look:
                 self.look()
-                next_look = now + poll
-            tick()
-            time.sleep(0.2)
+                next_look = now + self.settings.runs_poll_interval
+            self._tick()
+            self.stop.wait(0.2)
         for job in list(self.jobs.values()):
             with contextlib.suppress(RuntimeError):
                 job.thread.join()
-        tick()
+        self._tick()
+
+    def _tick(self) -> None:
+        for job in list(self.jobs.values()):
+            self.watcher.tick(job)
 
     def statuses(self) -> list[dict[str, Any]]:
         """The runs followed and not deleted (a deleted run's series leave ``/metrics``)."""

@@ -210,7 +210,7 @@ def _replay_payloads(args: argparse.Namespace, spec: str, streams_value: str, ou
     report, stop = end_replay(worker, stop, args.shutdown_timeout, f"at byte {reader.position:,}")
     unit = "frame" if fmt == "msgpack" else "line"
     lines = [f"replay of {path} ({fmt}, {reader.payloads:,} payloads) into {spec}"]
-    lines += location_lines(worker)
+    lines += location_lines(worker.context)
     lines += per_stream_lines(report, worker.context.streams)
     lines.append(f"{'skipped units':<26} {report.skipped_units:,}")
     lines.append(f"{f'malformed {unit}s':<26} {reader.malformed_count:,}")
@@ -291,7 +291,7 @@ def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out:
         if run_lock is not None:
             run_lock[1].release()
     lines = [f"backfill of {path} ({source.rows_read:,} rows) into {spec}"]
-    lines += location_lines(worker)
+    lines += location_lines(worker.context)
     lines += source_lines(source)
     lines += per_stream_lines(report, worker.context.streams)
     lines.append(f"{'skipped units':<26} {report.skipped_units + source.skipped:,}")
