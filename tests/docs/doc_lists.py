@@ -72,6 +72,10 @@ NOT_RUN: dict[str, str] = {
     "docs/follow.md: traceml run --logs-dir logs --run-name run1 train.py &": _TRACEML_REAL,
     "docs/follow.md: follow run1: following; exported 48,210 (process 96, step_memory 9,600, "
     "step_time 38,400, system 114); lag 1,212 rows, 0.6 s": _OUTPUT,
+    "docs/follow.md: follow: waiting up to 120 s for the run logs/run1": (
+        "what follow prints while it waits, shown: tests/follow/test_follow.py and "
+        "test_follow_service.py assert these words"
+    ),
     # docs/layout.md
     "docs/layout.md: traceml_exporter_sdk/": (
         "a file tree: tests/test_layout.py checks it against the package's modules"

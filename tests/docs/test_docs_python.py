@@ -37,6 +37,9 @@ PRELUDE = {
     ),
 }
 """Doc -> Python run before its snippets: the names its prose gives them."""
+IN_THE_SANDBOX = frozenset({"docs/follow.md"})
+"""Docs whose snippets name the sandbox's files as a reader's working folder holds them
+(``logs/run1``): run from the sandbox."""
 PROPERTY_RUN = settings(
     max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
@@ -95,6 +98,7 @@ def test_the_docs_have_snippets() -> None:
     assert {name_of(p) for p in PYTHON_DOCS} >= {
         "README.md",
         "docs/conformance.md",
+        "docs/follow.md",
         "docs/otlp.md",
         "docs/postgres.md",
         "docs/runtime.md",
@@ -103,7 +107,9 @@ def test_the_docs_have_snippets() -> None:
 
 @pytest.mark.parametrize("path", PYTHON_DOCS, ids=name_of)
 @pytest.mark.usefixtures("restored_environment")
-def test_snippets_run(path: Path, on_sys_path: Path) -> None:
+def test_snippets_run(path: Path, on_sys_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if name_of(path) in IN_THE_SANDBOX:
+        monkeypatch.chdir(on_sys_path)
     if (
         name_of(path) == "docs/postgres.md"
         and postgres_peer.find_bindir() is None

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..._export.report import ExportReport, write_warning_file
 from ...context import ExporterContext
-from ..sqlite_source import SqliteSource
 from .loss import LossReason
 from .run import RunFolder
+
+if TYPE_CHECKING:
+    from ..sqlite_source import SqliteSource
 
 __all__ = ["FAILED_ENDS", "End", "FollowResult", "record_follow"]
 

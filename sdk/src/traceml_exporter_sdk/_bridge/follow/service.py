@@ -26,14 +26,11 @@ from .lock import RunLock, RunLockedError
 from .loss import LEFT_IN_DATABASE
 from .result import FollowResult
 from .run import FollowError, RunFolder, ended_without_telemetry, run_complete, runs_under
-from .settings import FollowSettings
+from .settings import Exporter, FollowSettings
 from .status import RunStatus
 from .watch import Watcher
 
-__all__ = ["Exporter", "FollowJob", "LogsDirectory"]
-
-Exporter = str | Callable[[ExporterContext], object]
-"""The exporter setting (``"jsonl"``, ``"module:factory"``) or a factory callable."""
+__all__ = ["FollowJob", "LogsDirectory"]
 
 
 class FollowJob:
@@ -46,12 +43,13 @@ class FollowJob:
         settings: FollowSettings,
         stop: threading.Event,
         finish: Callable[[FollowJob], None] | None = None,
+        status: RunStatus | None = None,
     ) -> None:
         self.folder = folder
         self.exporter = exporter
         self.settings = settings
         self.stop = stop
-        self.status = RunStatus(folder.root, settings.stuck_after)
+        self.status = status or RunStatus(folder.root, settings.stuck_after)
         """``waiting`` until ``start``: shown (``/metrics``) while the run is awaited."""
         self.result: FollowResult | None = None
         self.follower: Follower | None = None
@@ -112,6 +110,8 @@ class FollowJob:
         return self.opened[0]
 
     def start(self) -> FollowJob:
+        """Follow on the job's thread (prepared: the run is found and locked)."""
+        self.status.update(state="following")
         self.thread.start()
         return self
 

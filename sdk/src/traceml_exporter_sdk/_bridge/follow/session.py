@@ -16,9 +16,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .ending import end_message, exit_code, leave_the_truth, service_exit_code, worst
 from .errors import (
     ExporterNotFoundError,
     FollowError,
@@ -27,11 +26,14 @@ from .errors import (
     RunNotFoundError,
     StoppedWaitingError,
 )
-from .result import FollowResult
 from .run import RunFolder, ended_without_telemetry, runs_under
-from .service import Exporter, FollowJob, LogsDirectory
-from .settings import FollowSettings
+from .settings import Exporter, FollowSettings
+from .status import RunStatus
 from .watch import OnEvent, OnStatus, Watcher
+
+if TYPE_CHECKING:
+    from .result import FollowResult
+    from .service import FollowJob
 
 __all__ = ["RunEnd", "ServiceResult", "StopEvent", "follow_logs_dir", "follow_run"]
 
@@ -168,6 +170,8 @@ def wait_for_run(
 
 def _write_down(job: FollowJob, stop: threading.Event) -> None:
     """A run's follow ended: its message, ``finalization_warning.json`` and exit code."""
+    from .ending import end_message, exit_code, leave_the_truth
+
     result = job.result
     if result is None:
         return
@@ -201,12 +205,16 @@ def follow_run(
     """
     settings = settings or FollowSettings()
     stop = stop if stop is not None else threading.Event()
-    check_exporter(exporter)
     root = Path(session_root)
-    job = FollowJob(RunFolder.at(root), exporter, settings, stop)
+    folder = RunFolder.at(root)
+    status = RunStatus(folder.root, settings.stuck_after)  # waiting, served from the start
     watcher = Watcher(on_status, on_event, settings.status_interval)
-    with _metrics(settings, lambda: [job.status.snapshot()], None, watcher):
-        folder = wait_for_run(
+    with _metrics(settings, lambda: [status.snapshot()], None, watcher):
+        check_exporter(exporter)
+        from .service import FollowJob
+
+        job = FollowJob(folder, exporter, settings, stop, status=status)
+        wait_for_run(
             root,
             settings.wait,
             stop,
@@ -257,6 +265,8 @@ class ServiceResult:
     @property
     def exit_code(self) -> int:
         """The runs' most pressing code (0: none lost or failed; the stop says nothing)."""
+        from .ending import worst
+
         return worst([run.exit_code for run in self.runs])
 
 
@@ -278,6 +288,8 @@ def follow_logs_dir(
         RunNotFoundError: ``logs_dir`` is no folder, or is a run folder itself.
     """
     from ...cli.exit_codes import EXIT_INCOMPLETE, EXIT_OK
+    from .ending import service_exit_code, worst
+    from .service import LogsDirectory
 
     settings = settings or FollowSettings()
     check_exporter(exporter)

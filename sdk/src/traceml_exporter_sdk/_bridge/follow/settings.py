@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...context import ExporterContext
 from ...streams import parse_export_streams
 from .retry import Backoff
 
-__all__ = ["FollowSettingError", "FollowSettings"]
+__all__ = ["Exporter", "FollowSettingError", "FollowSettings"]
+
+Exporter = str | Callable[[ExporterContext], object]
+"""The exporter setting (``"jsonl"``, ``"module:factory"``) or a factory callable."""
 
 
 class FollowSettingError(ValueError):
