@@ -59,7 +59,7 @@ class Seen:
         self.snapshots: list[dict[str, Any]] = []
         self.notices: list[Notice] = []
 
-    def status(self, snapshot: Mapping[str, Any]) -> None:
+    def snapshot(self, snapshot: Mapping[str, Any]) -> None:
         self.snapshots.append(dict(snapshot))
 
     def event(self, notice: Notice) -> None:
@@ -129,7 +129,7 @@ def test_a_run_is_followed_to_its_end_with_what_was_exported_and_written_down(
     run.close()
     seen = Seen()
     result = follow_run(
-        "jsonl", run.root, settings=FAST, on_status=seen.status, on_event=seen.event
+        "jsonl", run.root, settings=FAST, on_status=seen.snapshot, on_event=seen.event
     )
     assert isinstance(result, FollowResult)
     assert (result.end, result.exit_code, result.lost) == ("complete", 0, {})
@@ -194,7 +194,7 @@ def test_metrics_and_health_are_served_while_waiting_for_the_run(tmp_path: Path)
     settings = dataclasses.replace(FAST, metrics_port=0)
     thread, out = in_thread(
         exporter="jsonl", session_root=root, settings=settings, stop=stop,
-        on_status=seen.status, on_event=seen.event,
+        on_status=seen.snapshot, on_event=seen.event,
     )  # fmt: skip
     notice = wait_for(lambda: next((n for n in seen.notices if n.kind == "metrics"), None))
     assert notice.port is not None
@@ -202,11 +202,13 @@ def test_metrics_and_health_are_served_while_waiting_for_the_run(tmp_path: Path)
     code, text = scrape(notice.port, "/metrics")
     assert code == 200
     assert 'traceml_exporter_follow_state{run="run1",state="waiting"} 1.0' in text
-    assert "waiting" in seen.states
+    wait_for(lambda: "waiting" in seen.states, "a snapshot of the wait")
     run = Writer050(root)  # the run starts: followed
     try:
         run.flush(step_records(0, 30))
         wait_for(lambda: scrape(notice.port or 0, "/healthz") == (200, "ok\n"), "followed")
+        exported_line = 'records_exported_total{run="run1",stream="step_time"} 30.0'
+        wait_for(lambda: exported_line in scrape(notice.port or 0, "/metrics")[1], "exported")
         stop.stop("test")
         thread.join(20)
     finally:
@@ -284,7 +286,7 @@ def test_a_logs_folder_is_served_until_stopped(tmp_path: Path) -> None:
 
     def main() -> None:
         out["result"] = follow_logs_dir(
-            "jsonl", logs, settings=settings, stop=stop, on_status=seen.status,
+            "jsonl", logs, settings=settings, stop=stop, on_status=seen.snapshot,
             on_event=seen.event,
         )  # fmt: skip
 

@@ -129,6 +129,7 @@ _SUBMODULES = frozenset(
         "context",
         "exporter",
         "factory",
+        "follow",
         "jsonl",
         "mapping",
         "records",

@@ -1,6 +1,6 @@
 """Why a row TraceML wrote is not in the sink: one fixed vocabulary, used alike in
-``status.json`` (``lost``), the follower's ``finalization_warning.json`` (``follow.lost``),
-``/metrics`` (``rows_lost_total{reason}``) and the summary.
+``status.json`` (``lost``), the follower's ``finalization_warning.json`` (its follow
+block's ``lost``), ``/metrics`` (``rows_lost_total{reason}``) and the summary.
 
 Rows lost for good are gone from the database; rows *left* are still there, after the
 bookmark, and a follow started again (or the next look of ``--logs-dir``'s next start)

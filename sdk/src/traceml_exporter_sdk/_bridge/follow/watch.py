@@ -11,15 +11,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from .lock import RunLockedError
-from .status import ENDED, write_status
+from .run import RunFolder
+from .status import ENDED, RunStatus, write_status
 
-if TYPE_CHECKING:
-    from .service import FollowJob
-
-__all__ = ["STATUS_INTERVAL_S", "Notice", "OnEvent", "OnStatus", "Watcher"]
+__all__ = ["STATUS_INTERVAL_S", "Notice", "OnEvent", "OnStatus", "Watched", "Watcher"]
 
 STATUS_INTERVAL_S = 5.0
 """How often ``status.json`` is rewritten while nothing changes."""
@@ -42,6 +40,19 @@ OnStatus = Callable[[Mapping[str, Any]], None]
 OnEvent = Callable[[Notice], None]
 
 
+class Watched(Protocol):
+    """A run's follow as the watcher sees it (``service.FollowJob``)."""
+
+    @property
+    def folder(self) -> RunFolder: ...
+    @property
+    def status(self) -> RunStatus: ...
+    @property
+    def error(self) -> Exception | None: ...
+    @property
+    def done(self) -> bool: ...
+
+
 class Watcher:
     """Gives the jobs' snapshots to ``on_status`` and keeps each run's ``status.json``."""
 
@@ -61,7 +72,7 @@ class Watcher:
         if self.on_event is not None:
             self.on_event(Notice(kind, line, port))
 
-    def tick(self, job: FollowJob, *, final: bool = False) -> None:
+    def tick(self, job: Watched, *, final: bool = False) -> None:
         """A snapshot when the state changed or the interval passed; the status file when
         the state changed or ``STATUS_INTERVAL_S`` passed. A follow that is over is shown
         once, when its job has said how it ended (``final``, or its thread done); a
