@@ -352,3 +352,19 @@ def test_the_worker_marks_no_value_error_permanent_as_traceml_does(tmp_path: Pat
     assert report.failure is not None
     assert (report.failure.method, report.failure.permanent) == ("open", False)
     assert report.failure.error_type is ValueError
+
+
+def test_a_callback_that_raises_stops_the_follow_cleanly(run: Writer050) -> None:
+    """The caller's error goes on, after the follow was stopped and drained: the run is
+    not left locked by a thread still following."""
+    run.flush(step_records(0, 20))
+
+    def broken(snapshot: Mapping[str, Any]) -> None:
+        if snapshot["state"] == "following":
+            raise RuntimeError("the caller's bug")
+
+    stop = threading.Event()
+    with pytest.raises(RuntimeError, match="the caller's bug"):
+        follow_run("jsonl", run.root, settings=FAST, stop=stop, on_status=broken)
+    assert stop.is_set()
+    assert not _locked(run.root)

@@ -39,6 +39,9 @@ __all__ = ["RunEnd", "ServiceResult", "StopEvent", "follow_logs_dir", "follow_ru
 
 WAIT_POLL_S = 0.1
 """How often the run awaited is looked for."""
+DRAIN_MARGIN_S = 5.0
+"""How much longer than ``shutdown_timeout`` a follow cut short by its caller's error is
+waited for (its last read and bookmark), before the error goes on."""
 
 
 class StopEvent(threading.Event):
@@ -225,9 +228,14 @@ def follow_run(
         )
         job.prepare(need_tables=True)
         job.start()
-        while job.thread.is_alive():
-            watcher.tick(job)
-            job.thread.join(0.2)
+        try:
+            while job.thread.is_alive():
+                watcher.tick(job)
+                job.thread.join(0.2)
+        except BaseException:  # a callback raised, or Ctrl-C here: drain, then say so
+            stop.set()
+            job.thread.join(settings.shutdown_timeout + DRAIN_MARGIN_S)
+            raise
     if job.result is None:
         raise FollowError(f"following {folder.root} failed: {job.error}")
     _write_down(job, stop)
@@ -310,7 +318,13 @@ def follow_logs_dir(
         watcher.notice(
             "waiting", f"follow: waiting for runs under {logs} (and following those there)"
         )
-        directory.serve()
+        try:
+            directory.serve()
+        except BaseException:  # a callback raised: stop every run, drain, then say so
+            stop.set()
+            for job in list(directory.jobs.values()):
+                job.thread.join(settings.shutdown_timeout + DRAIN_MARGIN_S)
+            raise
     ends = []
     for job in [*directory.jobs.values(), *directory.deleted]:
         code = EXIT_OK if job.result is None else service_exit_code(job.result)
