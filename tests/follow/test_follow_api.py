@@ -1,15 +1,19 @@
 """``traceml_exporter_sdk.follow`` driven in-process, as a platform team embeds it: the
 settings and their defaults, the stop event, the snapshots and notices, the result's
 exported and lost figures, the typed errors, ``/metrics`` from the first second, and no
-process-wide setting changed. Against ``writer050`` and the SDK's jsonl exporter."""
+process-wide setting changed. Against ``writer050`` (a run written while it is followed
+is written from a process of its own: ``WRITER``) and the SDK's jsonl exporter."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
 import socket
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from child_env import child_env
 from follow_helpers import exported
 from traceml_exporter_sdk._bridge.follow.retry import permanent
 from traceml_exporter_sdk.cli.commands import follow as follow_command
@@ -43,6 +48,40 @@ from waiting import wait_for
 from writer050 import Writer050, step_records
 
 FAST = FollowSettings(streams="all", poll_interval=0.05, flush_interval=0.1, wait=20)
+WRITER = """
+import sys
+from pathlib import Path
+from writer050 import Writer050, step_records
+run = Writer050(Path(sys.argv[1]), session_id=sys.argv[3])
+run.flush(step_records(0, int(sys.argv[2])))
+print("written", flush=True)
+sys.stdin.read()
+run.close() if sys.argv[4] == "complete" else run.disconnect()
+"""
+"""A run's writer in a process of its own: two SQLite libraries in one process (the
+test's sqlite3, the follower's apsw) do not see each other's POSIX locks, so one's close
+can truncate the WAL index the other has mapped (SIGBUS). A run written while followed
+is written from another process, as TraceML's aggregator does."""
+
+
+@contextlib.contextmanager
+def live_run(root: Path, rows: int, end: str = "disconnect") -> Iterator[Path]:
+    """A run with ``rows`` step_time rows whose writer keeps the database open (an
+    aggregator alive) until the block ends; then it disconnects, or closes it complete."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root), str(rows), root.name, end],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=child_env([Path(__file__).parent, Path(__file__).parents[1]]),
+    )  # fmt: skip
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        assert child.stdout.readline() == "written\n"
+        yield root
+    finally:
+        child.stdin.close()
+        child.wait(30)
+        child.stdout.close()
 
 
 @pytest.fixture
@@ -159,13 +198,13 @@ def test_the_result_counts_what_was_lost_and_writes_it_down(run: Writer050) -> N
     assert warning["follow"]["exit_code"] == 6
 
 
-def test_the_stop_event_drains_and_says_why(run: Writer050) -> None:
+def test_the_stop_event_drains_and_says_why(tmp_path: Path) -> None:
     stop = StopEvent()
-    thread, out = in_thread(exporter="jsonl", session_root=run.root, settings=FAST, stop=stop)
-    run.flush(step_records(0, 50))
-    wait_for(lambda: len(exported(run.root).get("step_time", [])) == 50, "the rows exported")
-    stop.stop("my-supervisor")
-    thread.join(20)
+    with live_run(tmp_path / "logs" / "run1", 50) as root:
+        thread, out = in_thread(exporter="jsonl", session_root=root, settings=FAST, stop=stop)
+        wait_for(lambda: len(exported(root).get("step_time", [])) == 50, "the rows exported")
+        stop.stop("my-supervisor")
+        thread.join(20)
     result = out["result"]
     assert (result.end, result.exit_code) == ("interrupted", 130)
     assert result.message == "interrupted (my-supervisor); drained, flushed, bookmark saved"
@@ -203,16 +242,12 @@ def test_metrics_and_health_are_served_while_waiting_for_the_run(tmp_path: Path)
     assert code == 200
     assert 'traceml_exporter_follow_state{run="run1",state="waiting"} 1.0' in text
     wait_for(lambda: "waiting" in seen.states, "a snapshot of the wait")
-    run = Writer050(root)  # the run starts: followed
-    try:
-        run.flush(step_records(0, 30))
+    with live_run(root, 30):  # the run starts: followed
         wait_for(lambda: scrape(notice.port or 0, "/healthz") == (200, "ok\n"), "followed")
         exported_line = 'records_exported_total{run="run1",stream="step_time"} 30.0'
         wait_for(lambda: exported_line in scrape(notice.port or 0, "/metrics")[1], "exported")
         stop.stop("test")
         thread.join(20)
-    finally:
-        run.disconnect()
     assert out["result"].exported == {"step_time": 30}
 
 
@@ -239,14 +274,14 @@ def test_each_reason_not_to_follow_is_its_own_error(run: Writer050, tmp_path: Pa
         follow_run("no_such_module:make", run.root, settings=quick)
     with pytest.raises(RunNotFoundError, match="holds runs"):
         follow_run("jsonl", run.root.parent, settings=quick)
-    run.flush(step_records(0, 10))
     stop = threading.Event()
-    thread, out = in_thread(exporter="jsonl", session_root=run.root, settings=FAST, stop=stop)
-    wait_for(lambda: (run.root / "aggregator/follow/lock").exists(), "the first follower")
-    with pytest.raises(RunLockedError):
-        follow_run("jsonl", run.root, settings=quick)
-    stop.set()
-    thread.join(20)
+    with live_run(tmp_path / "live" / "run1", 10) as root:
+        thread, out = in_thread(exporter="jsonl", session_root=root, settings=FAST, stop=stop)
+        wait_for(lambda: _locked(root), "the first follower")
+        with pytest.raises(RunLockedError):
+            follow_run("jsonl", root, settings=quick)
+        stop.set()
+        thread.join(20)
     assert out["result"].end == "interrupted"
 
 
@@ -292,9 +327,8 @@ def test_a_logs_folder_is_served_until_stopped(tmp_path: Path) -> None:
 
     thread = threading.Thread(target=main, daemon=True)
     thread.start()
-    second = Writer050(logs / "run2", session_id="run2")
-    second.flush(step_records(0, 25))
-    second.close()
+    with live_run(logs / "run2", 25, end="complete"):  # a run that comes later
+        pass
     wait_for(lambda: sum(s["state"] == "done" for s in seen.snapshots) == 2, "both runs done")
     stop.stop("SIGTERM")
     thread.join(20)
@@ -354,17 +388,17 @@ def test_the_worker_marks_no_value_error_permanent_as_traceml_does(tmp_path: Pat
     assert report.failure.error_type is ValueError
 
 
-def test_a_callback_that_raises_stops_the_follow_cleanly(run: Writer050) -> None:
+def test_a_callback_that_raises_stops_the_follow_cleanly(tmp_path: Path) -> None:
     """The caller's error goes on, after the follow was stopped and drained: the run is
     not left locked by a thread still following."""
-    run.flush(step_records(0, 20))
 
     def broken(snapshot: Mapping[str, Any]) -> None:
         if snapshot["state"] == "following":
             raise RuntimeError("the caller's bug")
 
     stop = threading.Event()
-    with pytest.raises(RuntimeError, match="the caller's bug"):
-        follow_run("jsonl", run.root, settings=FAST, stop=stop, on_status=broken)
-    assert stop.is_set()
-    assert not _locked(run.root)
+    with live_run(tmp_path / "logs" / "run1", 20) as root:
+        with pytest.raises(RuntimeError, match="the caller's bug"):
+            follow_run("jsonl", root, settings=FAST, stop=stop, on_status=broken)
+        assert stop.is_set()
+        assert not _locked(root)

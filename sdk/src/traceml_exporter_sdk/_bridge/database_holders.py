@@ -24,17 +24,18 @@ def database_holders(database: Path) -> set[int] | None:
         return None
     target = os.path.realpath(database)
     mine = os.getpid()
-    return {
-        int(entry.name)
-        for entry in os.scandir(proc)
-        if entry.name.isdigit() and int(entry.name) != mine and _holds(entry.path, target)
-    }
+    with os.scandir(proc) as entries:
+        return {
+            int(entry.name)
+            for entry in entries
+            if entry.name.isdigit() and int(entry.name) != mine and _holds(entry.path, target)
+        }
 
 
 def _holds(proc_dir: str, target: str) -> bool:
     """Whether the process of ``/proc/<pid>`` has the file ``target`` open."""
-    with contextlib.suppress(OSError):
-        for fd in os.scandir(f"{proc_dir}/fd"):
+    with contextlib.suppress(OSError), os.scandir(f"{proc_dir}/fd") as fds:
+        for fd in fds:  # closed on an early return too (an unclosed iterator holds an fd)
             with contextlib.suppress(OSError):
                 if os.readlink(fd.path) == target:
                     return True
