@@ -131,6 +131,7 @@ _SUBMODULES = frozenset(
         "factory",
         "jsonl",
         "mapping",
+        "monitoring",
         "records",
         "streams",
         "testing",

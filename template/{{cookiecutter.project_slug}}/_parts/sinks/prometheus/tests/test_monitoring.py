@@ -53,6 +53,11 @@ FIRING = Thresholds(stuck_after=f"{STUCK_S}s", straggler_factor=0.0, memory_frac
 VARIABLES = {"run": re.escape(RUN), "node": ".*", "rank": ".*", "datasource": "prometheus"}
 
 
+def sel(metric: str, labels: str) -> str:
+    """``metric{labels}``: a series as PromQL and promtool write it."""
+    return metric + "{" + labels + "}"
+
+
 def shipped_dashboard() -> dict[str, Any]:
     data: dict[str, Any] = json.loads((HERE / "dashboard.json").read_text(encoding="utf-8"))
     return data
@@ -241,7 +246,7 @@ def _rank(rank: int, labels: str = "") -> str:
 
 def _bucket(rank: int, le: str) -> str:
     phase = ', phase="_traceml_internal:step_time", device="cuda:0"'
-    return f'traceml_step_phase_seconds_bucket{{{_rank(rank, phase)}, le="{le}"}}'
+    return sel("traceml_step_phase_seconds_bucket", f'{_rank(rank, phase)}, le="{le}"')
 
 
 def straggler_case(fast_share: float, at: str, fires: bool) -> dict[str, Any]:
@@ -274,9 +279,9 @@ def straggler_case(fast_share: float, at: str, fires: bool) -> dict[str, Any]:
 def stuck_case(info_until: int, at: str, fires: bool) -> dict[str, Any]:
     """Steps every minute for 10 minutes, then none; runtime_info sent until ``info_until``."""
     series = [
-        {"series": f"traceml_steps_total{{{_rank(0)}}}", "values": "0+60x10 600x30"},
+        {"series": sel("traceml_steps_total", _rank(0)), "values": "0+60x10 600x30"},
         {
-            "series": f'traceml_runtime_info{{{_rank(0)}, topology="single"}}',
+            "series": sel("traceml_runtime_info", f'{_rank(0)}, topology="single"'),
             "values": f"1x{info_until}",
         },
     ]
@@ -309,15 +314,15 @@ def memory_case(fraction: float, at: str, fires: bool) -> dict[str, Any]:
     gpu = f'{IDENTITY}, node="0", gpu="1"'
     series = [
         {
-            "series": f"traceml_process_gpu_memory_reserved_bytes{{{rank}}}",
+            "series": sel("traceml_process_gpu_memory_reserved_bytes", rank),
             "values": f"{total * fraction:.0f}x20",
         },
-        {"series": f"traceml_process_gpu_memory_total_bytes{{{rank}}}", "values": f"{total}x20"},
+        {"series": sel("traceml_process_gpu_memory_total_bytes", rank), "values": f"{total}x20"},
         {
-            "series": f"traceml_gpu_memory_used_bytes{{{gpu}}}",
+            "series": sel("traceml_gpu_memory_used_bytes", gpu),
             "values": f"{total * fraction:.0f}x20",
         },
-        {"series": f"traceml_gpu_memory_total_bytes{{{gpu}}}", "values": f"{total}x20"},
+        {"series": sel("traceml_gpu_memory_total_bytes", gpu), "values": f"{total}x20"},
     ]
     tests = []
     for alert, labels in (

@@ -46,7 +46,7 @@ class Thresholds:
 
 def _selector(metric: str, *matchers: str, rank: bool = True) -> str:
     chosen = ['run=~"$run"', 'node=~"$node"', *(['rank=~"$rank"'] if rank else []), *matchers]
-    return f"{metric}{{{', '.join(chosen)}}}"
+    return metric + "{" + ", ".join(chosen) + "}"
 
 
 def _quantile(q: float, by: str, *matchers: str, window: str = "$__rate_interval") -> str:
@@ -141,7 +141,7 @@ def _panels() -> list[tuple[str, list[dict[str, Any]]]]:
             [
                 (
                     f"max by (rank, device) ({_selector(f'traceml_step_memory_peak_{kind}_bytes')})",
-                    f"rank {{{{rank}}}} {{{{device}}}} {kind}",
+                    "rank {{rank}} {{device}} " + kind,
                 )
                 for kind in ("allocated", "reserved")
             ],
@@ -224,7 +224,7 @@ def _panels() -> list[tuple[str, list[dict[str, Any]]]]:
             [
                 (
                     f"max by (rank) ({_selector(f'traceml_process_{kind}')})",
-                    f"rank {{{{rank}}}} {label}",
+                    "rank {{rank}} " + label,
                 )
                 for kind, label in (
                     ("memory_used_bytes", "used"),
@@ -328,7 +328,9 @@ def rules(thresholds: Thresholds | None = None) -> dict[str, Any]:
     """The recording and alert rules (a Prometheus rule file) for ``thresholds``."""
     t = thresholds or Thresholds()
     w = t.window
-    step = f"traceml_step_phase_seconds_bucket{{{STEP}}}"
+    step = "traceml_step_phase_seconds_bucket{" + STEP + "}"
+    waited = "traceml_step_phase_seconds_sum{" + WAIT + "}"
+    stepped = "traceml_step_phase_seconds_sum{" + STEP + "}"
     recording = [
         {
             "record": "traceml:step_phase_seconds:p50",
@@ -352,8 +354,7 @@ def rules(thresholds: Thresholds | None = None) -> dict[str, Any]:
         },
         {
             "record": "traceml:input_wait:ratio",
-            "expr": f"sum by ({RANK}) (rate(traceml_step_phase_seconds_sum{{{WAIT}}}[{w}]))"
-            f" / sum by ({RANK}) (rate(traceml_step_phase_seconds_sum{{{STEP}}}[{w}]))",
+            "expr": f"sum by ({RANK}) (rate({waited}[{w}])) / sum by ({RANK}) (rate({stepped}[{w}]))",
         },
     ]
     alerts = [
