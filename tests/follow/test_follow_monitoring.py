@@ -140,6 +140,16 @@ def test_the_generator_writes_other_thresholds_and_refuses_unknown_ones(tmp_path
     assert exited.value.code == 2
 
 
+FOLLOW_DOC = Path(__file__).parents[2] / "docs" / "follow.md"
+
+
+def test_the_docs_name_every_threshold_with_its_default() -> None:
+    text = FOLLOW_DOC.read_text(encoding="utf-8")
+    for field in dataclasses.fields(Thresholds):
+        default = f"{field.default:g}" if isinstance(field.default, float) else field.default
+        assert f"`{field.name}` ({default})" in text, field.name
+
+
 def test_promtool_finds_the_rules_clean() -> None:
     result = promtool("check", "rules", HERE / FILES[1])
     assert result.returncode == 0, result.stdout + result.stderr

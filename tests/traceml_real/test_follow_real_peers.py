@@ -43,6 +43,7 @@ from realsinks import (
     postgres_env,
     postgres_rows,
     prometheus_expected,
+    prometheus_monitoring,
     prometheus_values,
     same_values,
     spec,
@@ -138,7 +139,8 @@ def scenario_prometheus(tmp: Path) -> Outcome:
         follow.finish(timeout=180)
         assert_traceml_outcome(run, tmp / "alone")
         values = prometheus_values(server, run.root)
-    return Outcome([run], [follow], {**extra, "values": values})
+        monitoring = prometheus_monitoring(server, run.root)
+    return Outcome([run], [follow], {**extra, "values": values, "monitoring": monitoring})
 
 
 def scenario_mlflow(tmp: Path) -> Outcome:
@@ -175,6 +177,7 @@ REAL_NEEDS = {
         "postgres",
     ),
     "test_prometheus_stopped_mid_run_holds_what_every_row_aggregates_to": ("prometheus",),
+    "test_prometheus_the_shipped_dashboard_and_rules_show_a_real_run": ("prometheus",),
     "test_mlflow_killed_and_slow_to_come_back_holds_every_rows_points": ("mlflow",),
 }
 
@@ -261,6 +264,17 @@ def test_prometheus_stopped_mid_run_holds_what_every_row_aggregates_to(
     steps = [v for k, v in have.items() if k.startswith("traceml_steps_total{")]
     assert sum(steps) == len(rows["step_time"]), "every step row counted once, over the outage"
     assert same_values(have, want) == []
+
+
+def test_prometheus_the_shipped_dashboard_and_rules_show_a_real_run(
+    real_scenarios: Scenarios,
+) -> None:
+    """Every query of the baked sink's dashboard and recording rules whose metrics the
+    run has answers with series; what it never had is the GPU's (a CPU run)."""
+    found = real_outcome(real_scenarios, "prometheus").extra["monitoring"]
+    assert found["problems"] == []
+    assert found["checked"] >= 20, found
+    assert all("gpu" in name for name in found["unseen"]), found["unseen"]
 
 
 def test_mlflow_killed_and_slow_to_come_back_holds_every_rows_points(

@@ -41,6 +41,7 @@ from traceml_exporter_sdk.testing.prometheus_server import (
 
 from traceml_exporter_example.exporter import ExampleExporter
 from traceml_exporter_example.monitoring import HERE, Thresholds, build, rules
+from traceml_exporter_example.monitoring.__main__ import main
 
 if sys.version_info < (3, 11):  # grafana-foundation-sdk (Grafana's schema) needs 3.11
     pytestmark = pytest.mark.skip(reason="grafana-foundation-sdk needs Python 3.11+")
@@ -134,6 +135,26 @@ def test_the_shipped_files_are_what_the_defaults_build() -> None:
         assert (HERE / name).read_text(encoding="utf-8") == text, (
             f"run python -m ...monitoring: {name}"
         )
+
+
+def test_the_generator_writes_other_thresholds_and_refuses_unknown_ones(tmp_path: Path) -> None:
+    assert (
+        main(["--out", str(tmp_path), "--set", "straggler_factor=2", "--set", "stuck_after=30m"])
+        == 0
+    )
+    written = (tmp_path / "rules.yml").read_text(encoding="utf-8")
+    assert "group_left () 2 * traceml:" in written
+    assert "increase(traceml_steps_total[30m])" in written
+    with pytest.raises(SystemExit) as exited:
+        main(["--out", str(tmp_path), "--set", "factor=2"])
+    assert exited.value.code == 2
+
+
+def test_the_readme_names_every_threshold_with_its_default() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    for field in dataclasses.fields(Thresholds):
+        default = f"{field.default:g}" if isinstance(field.default, float) else field.default
+        assert f"`{field.name}` ({default})" in readme, field.name
 
 
 def test_the_dashboard_fits_grafanas_schema_and_has_every_query() -> None:
