@@ -29,6 +29,7 @@ from traceml_exporter_sdk.testing.monitoring import (
     concrete,
     dashboard_queries,
     promtool,
+    promtool_test_rules,
     rule_queries,
     unanswered,
 )
@@ -289,19 +290,7 @@ def _drop_none(tests: list[Any]) -> list[Any]:
 
 
 def promtool_test(folder: Path, rule_file: str) -> Any:
-    """promtool's unit tests on ``rule_file`` without its annotations (text for people)."""
-    loaded = yaml.safe_load(rule_file)
-    for group in loaded["groups"]:
-        for rule in group["rules"]:
-            rule.pop("annotations", None)
-    (folder / "rules.yml").write_text(yaml.safe_dump(loaded), encoding="utf-8")
-    tests = {
-        "rule_files": ["rules.yml"],
-        "evaluation_interval": "1m",
-        "tests": _drop_none(UNIT_TESTS),
-    }
-    (folder / "rules_test.yml").write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
-    return promtool("test", "rules", folder / "rules_test.yml")
+    return promtool_test_rules(folder, yaml.safe_load(rule_file), _drop_none(UNIT_TESTS))
 
 
 def test_the_alerts_fire_and_stay_quiet_where_they_should(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "concrete",
     "dashboard_queries",
     "promtool",
+    "promtool_test_rules",
     "rule_queries",
     "unanswered",
     "validate_dashboard",
@@ -267,3 +268,20 @@ def promtool(*args: str | Path, timeout: float = 60.0) -> subprocess.CompletedPr
         timeout=timeout,
         check=False,
     )
+
+
+def promtool_test_rules(
+    folder: Path, rule_file: Mapping[str, Any], tests: Sequence[Mapping[str, Any]]
+) -> subprocess.CompletedProcess[str]:
+    """``promtool test rules`` of ``tests`` (its unit tests, ``evaluation_interval`` 1m) on
+    ``rule_file`` without its annotations: their text is for people (``promtool check
+    rules`` reads their templates); the tests judge when each alert fires. Both files are
+    written into ``folder`` as JSON, which is YAML too."""
+    bare = json.loads(json.dumps(rule_file))
+    for group in bare["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    (folder / "rules.yml").write_text(json.dumps(bare, indent=1), encoding="utf-8")
+    unit = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": list(tests)}
+    (folder / "rules_test.yml").write_text(json.dumps(unit, indent=1), encoding="utf-8")
+    return promtool("test", "rules", folder / "rules_test.yml")

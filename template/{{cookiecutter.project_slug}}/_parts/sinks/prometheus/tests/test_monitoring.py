@@ -29,6 +29,7 @@ from traceml_exporter_sdk.testing.monitoring import (
     concrete,
     dashboard_queries,
     promtool,
+    promtool_test_rules,
     rule_queries,
     unanswered,
     validate_dashboard,
@@ -381,16 +382,7 @@ UNIT_TESTS = [
 
 
 def promtool_test(folder: Path, rule_file: str) -> Any:
-    """promtool's unit tests on ``rule_file`` without its annotations (their text is for
-    people, checked by ``promtool check rules``; the tests judge when alerts fire)."""
-    loaded = yaml.safe_load(rule_file)
-    for group in loaded["groups"]:
-        for rule in group["rules"]:
-            rule.pop("annotations", None)
-    (folder / "rules.yml").write_text(yaml.safe_dump(loaded), encoding="utf-8")
-    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": UNIT_TESTS}
-    (folder / "rules_test.yml").write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
-    return promtool("test", "rules", folder / "rules_test.yml")
+    return promtool_test_rules(folder, yaml.safe_load(rule_file), UNIT_TESTS)
 
 
 def test_the_alerts_fire_and_stay_quiet_where_they_should(tmp_path: Path) -> None:
