@@ -92,6 +92,23 @@ def _panel(
     }
 
 
+def _gauges(
+    title: str,
+    unit: str,
+    by: str,
+    metrics: list[tuple[str, str]],
+    *,
+    rank: bool = True,
+) -> dict[str, Any]:
+    """A panel of the largest value ``by`` the labels given of each gauge (metric, label)."""
+    legend = " ".join(label + " {{" + label + "}}" for label in by.split(", "))
+    targets = [
+        (f"max by ({by}) ({_selector(metric, rank=rank)})", f"{legend} {label}".strip())
+        for metric, label in metrics
+    ]
+    return _panel(title, targets, unit)
+
+
 def _panels() -> list[tuple[str, list[dict[str, Any]]]]:
     """The dashboard's rows and their panels."""
     per_rank = "rank {{rank}} {{phase}}"
@@ -136,16 +153,14 @@ def _panels() -> list[tuple[str, list[dict[str, Any]]]]:
     reserved = _selector("traceml_process_gpu_memory_reserved_bytes")
     total = _selector("traceml_process_gpu_memory_total_bytes")
     memory = [
-        _panel(
+        _gauges(
             "Peak memory per rank and device",
+            "bytes",
+            "rank, device",
             [
-                (
-                    f"max by (rank, device) ({_selector(f'traceml_step_memory_peak_{kind}_bytes')})",
-                    "rank {{rank}} {{device}} " + kind,
-                )
+                (f"traceml_step_memory_peak_{kind}_bytes", kind)
                 for kind in ("allocated", "reserved")
             ],
-            "bytes",
         ),
         _panel(
             "GPU memory reserved per rank, of its device's capacity",
@@ -153,87 +168,39 @@ def _panels() -> list[tuple[str, list[dict[str, Any]]]]:
             "percentunit",
         ),
     ]
-    host = "node {{node}}"
-    gpu = "node {{node}} gpu {{gpu}}"
+    node = {"rank": False}
     system = [
-        _panel(
-            "Host CPU",
-            [(f"max by (node) ({_selector('traceml_system_cpu_percent', rank=False)})", host)],
-            "percent",
+        _gauges("Host CPU", "percent", "node", [("traceml_system_cpu_percent", "")], **node),
+        _gauges(
+            "Host memory", "bytes", "node",
+            [(f"traceml_system_memory_{kind}_bytes", kind) for kind in ("used", "total")], **node,
         ),
-        _panel(
-            "Host memory",
-            [
-                (
-                    f"max by (node) ({_selector(f'traceml_system_memory_{kind}_bytes', rank=False)})",
-                    f"{host} {kind}",
-                )
-                for kind in ("used", "total")
-            ],
-            "bytes",
+        _gauges(
+            "GPU utilization", "percent", "node, gpu",
+            [("traceml_gpu_utilization_percent", "")], **node,
         ),
-        _panel(
-            "GPU utilization",
-            [
-                (
-                    f"max by (node, gpu) ({_selector('traceml_gpu_utilization_percent', rank=False)})",
-                    gpu,
-                )
-            ],
-            "percent",
+        _gauges(
+            "GPU memory", "bytes", "node, gpu",
+            [(f"traceml_gpu_memory_{kind}_bytes", kind) for kind in ("used", "total")], **node,
         ),
-        _panel(
-            "GPU memory",
-            [
-                (
-                    f"max by (node, gpu) ({_selector(f'traceml_gpu_memory_{kind}_bytes', rank=False)})",
-                    f"{gpu} {kind}",
-                )
-                for kind in ("used", "total")
-            ],
-            "bytes",
+        _gauges(
+            "GPU temperature", "celsius", "node, gpu",
+            [("traceml_gpu_temperature_celsius", "")], **node,
         ),
-        _panel(
-            "GPU temperature",
-            [
-                (
-                    f"max by (node, gpu) ({_selector('traceml_gpu_temperature_celsius', rank=False)})",
-                    gpu,
-                )
-            ],
-            "celsius",
+        _gauges(
+            "GPU power", "watt", "node, gpu",
+            [(f"traceml_gpu_{kind}_watts", kind) for kind in ("power", "power_limit")], **node,
         ),
-        _panel(
-            "GPU power",
-            [
-                (
-                    f"max by (node, gpu) ({_selector(f'traceml_gpu_{kind}_watts', rank=False)})",
-                    f"{gpu} {kind}",
-                )
-                for kind in ("power", "power_limit")
-            ],
-            "watt",
+        _gauges(
+            "Process CPU per rank", "percent", "rank",
+            [("traceml_process_cpu_percent", "")],
         ),
-        _panel(
-            "Process CPU per rank",
-            [(f"max by (rank) ({_selector('traceml_process_cpu_percent')})", "rank {{rank}}")],
-            "percent",
+        _gauges(
+            "Process memory per rank", "bytes", "rank",
+            [("traceml_process_memory_used_bytes", "used"),
+             ("traceml_process_gpu_memory_used_bytes", "GPU used")],
         ),
-        _panel(
-            "Process memory per rank",
-            [
-                (
-                    f"max by (rank) ({_selector(f'traceml_process_{kind}')})",
-                    "rank {{rank}} " + label,
-                )
-                for kind, label in (
-                    ("memory_used_bytes", "used"),
-                    ("gpu_memory_used_bytes", "GPU used"),
-                )
-            ],
-            "bytes",
-        ),
-    ]
+    ]  # fmt: skip
     environment = [
         _panel(
             "Runtime environment per rank",
