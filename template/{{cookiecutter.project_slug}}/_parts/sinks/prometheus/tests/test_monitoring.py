@@ -82,6 +82,8 @@ def recorded(rule_file: Mapping[str, Any]) -> dict[str, str]:
 
 class Fed(NamedTuple):
     servers: dict[str, MetricsServer]
+    at: float
+    """When every query is asked: just after the last flush, whenever a test runs."""
 
 
 def _exporter(server: MetricsServer, root: Path) -> ExampleExporter:
@@ -98,9 +100,10 @@ def _exporter(server: MetricsServer, root: Path) -> ExampleExporter:
     )
 
 
-def feed(servers: Sequence[MetricsServer], root: Path) -> None:
+def feed(servers: Sequence[MetricsServer], root: Path) -> float:
     """The corpus in three flushes a second apart, then, past ``STUCK_S``, two flushes of
-    system and process snapshots only: a run whose steps stopped while TraceML still sends."""
+    system and process snapshots only: a run whose steps stopped while TraceML still sends.
+    Returns a moment just after the last flush."""
     records = corpus_records()
     exporters = [_exporter(server, root / server.kind) for server in servers]
     batches: list[Sequence[ExportRecord]] = [records[i::3] for i in range(3)]
@@ -112,8 +115,10 @@ def feed(servers: Sequence[MetricsServer], root: Path) -> None:
         for exporter in exporters:
             exporter.write(batch)
             exporter.flush()
+    last = time.time()
     for exporter in exporters:
         exporter.close()
+    return last + 0.5
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +129,8 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fed]:
             "prometheus": stack.enter_context(prometheus_server()),
             "victoria-metrics": stack.enter_context(victoria_metrics_server()),
         }
-        feed(list(servers.values()), tmp_path_factory.mktemp("monitoring"))
-        yield Fed(servers)
+        at = feed(list(servers.values()), tmp_path_factory.mktemp("monitoring"))
+        yield Fed(servers, at)
 
 
 # -- the files ------------------------------------------------------------------------
@@ -205,7 +210,7 @@ def test_promtool_finds_the_rules_clean(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_dashboard_query_shows_series(fed: Fed, kind: str) -> None:
     queries = dashboard_queries(shipped_dashboard())
-    assert unanswered(fed.servers[kind], queries, VARIABLES) == []
+    assert unanswered(fed.servers[kind], queries, VARIABLES, at=fed.at) == []
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -213,7 +218,7 @@ def test_every_recording_rule_shows_series(fed: Fed, kind: str) -> None:
     rule_file = shipped_rules()
     queries = [q for q in rule_queries(rule_file) if q.where.startswith("traceml.rules/")]
     assert len(queries) == len(recorded(rule_file))
-    assert unanswered(fed.servers[kind], queries, {}, recorded=recorded(rule_file)) == []
+    assert unanswered(fed.servers[kind], queries, {}, recorded=recorded(rule_file), at=fed.at) == []
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -223,7 +228,7 @@ def test_every_alert_shows_series_at_thresholds_the_data_passes(fed: Fed, kind: 
     names = [q.where for q in rule_queries(shipped)]
     assert names == [q.where for q in rule_queries(firing)]
     alerts = [q for q in rule_queries(firing) if q.where.startswith("traceml.alerts/")]
-    assert unanswered(fed.servers[kind], alerts, {}, recorded=recorded(firing)) == []
+    assert unanswered(fed.servers[kind], alerts, {}, recorded=recorded(firing), at=fed.at) == []
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -235,7 +240,7 @@ def test_on_the_corpus_only_its_slowest_rank_straggles(fed: Fed, kind: str) -> N
     alerts = [q for q in rule_queries(shipped) if q.where.startswith("traceml.alerts/")]
     server = fed.servers[kind]
     answers = {
-        q.where: server.query(concrete(q, {}, recorded(shipped)), until=bool, timeout=1.0)
+        q.where: server.query(concrete(q, {}, recorded(shipped)), fed.at, until=bool, timeout=1.0)
         for q in alerts
     }
     assert {where for where, answer in answers.items() if answer} == {
@@ -250,10 +255,10 @@ def test_a_planted_broken_query_fails(fed: Fed, kind: str) -> None:
     """Each query with a misspelt metric shows nothing; one with a syntax error errors."""
     queries = dashboard_queries(shipped_dashboard())
     misspelt = [Query(q.where, q.expr.replace("traceml_", "traceml_x", 1)) for q in queries]
-    found = unanswered(fed.servers[kind], misspelt, VARIABLES, patience=0)
+    found = unanswered(fed.servers[kind], misspelt, VARIABLES, patience=0, at=fed.at)
     assert len(found) == len(queries), found
     syntax = [Query("planted", queries[0].expr + " )")]
-    (problem,) = unanswered(fed.servers[kind], syntax, VARIABLES, patience=0)
+    (problem,) = unanswered(fed.servers[kind], syntax, VARIABLES, patience=0, at=fed.at)
     assert "failed" in problem
 
 
