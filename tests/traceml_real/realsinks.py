@@ -198,14 +198,14 @@ def prometheus_values(server: MetricsServer, root: Path) -> dict[str, float]:
     return values
 
 
-_METRIC = re.compile(r"\btraceml_[a-z_]+")
+_SELECTOR = re.compile(r"\btraceml_[a-z_]+(?:\{[^}]*\})?")
 
 
 def prometheus_monitoring(server: MetricsServer, root: Path) -> dict[str, Any]:
     """The baked sink's shipped dashboard and recording rules on what the server holds of
-    run ``root``: ``problems`` (queries that error or answer nothing although every metric
-    they name has series of the run), ``unseen`` (queries naming a metric the run never
-    had: a CPU run has no GPU) and ``checked`` (how many were run)."""
+    run ``root``: ``problems`` (queries that error or answer nothing although each of
+    their selectors, without Grafana's variables, has series of the run), ``unseen`` (the
+    selectors the run never had: a CPU run has no GPU) and ``checked`` (how many ran)."""
     import yaml
     from traceml_exporter_sdk.testing.monitoring import dashboard_queries, rule_queries, unanswered
 
@@ -218,15 +218,22 @@ def prometheus_monitoring(server: MetricsServer, root: Path) -> dict[str, Any]:
     queries = dashboard_queries(dashboard) + [
         q for q in rule_queries(rule_file) if q.where.split("/")[1] in recorded
     ]
-    present = {
-        dict(labels)["__name__"]
-        for labels in server.query(f'group by (__name__) ({{run="{root.name}", job="traceml"}})')
-    }
-    seen = [q for q in queries if set(_METRIC.findall(q.expr)) <= present]
+    had: dict[str, bool] = {}
+
+    def present(selector: str) -> bool:
+        name, _, matchers = selector.rstrip("}").partition("{")
+        kept = [m for m in matchers.split(", ") if m and "$" not in m]
+        key = name + "{" + ", ".join(sorted(kept)) + "}"
+        if key not in had:
+            chosen = ", ".join([*kept, f'run="{root.name}"'])
+            had[key] = bool(server.query("count(" + name + "{" + chosen + "})"))
+        return had[key]
+
+    seen = [q for q in queries if all(present(sel) for sel in _SELECTOR.findall(q.expr))]
     variables = {"run": root.name, "node": ".*", "rank": ".*"}
     return {
         "problems": unanswered(server, seen, variables, recorded=recorded),
-        "unseen": sorted({m for q in queries for m in _METRIC.findall(q.expr)} - present),
+        "unseen": sorted(key for key, there in had.items() if not there),
         "checked": len(seen),
     }
 
