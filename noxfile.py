@@ -140,10 +140,11 @@ def traceml_real(session: nox.Session) -> None:
     session.install(TORCH_CPU, *(["--index-url", index] if index else []))
     # The SDK with follow's /metrics; the real peers' sinks are baked with cookiecutter and
     # put on PYTHONPATH as their READMEs say; mlflow for the `mlflow server` the tests start
-    # (3.17.2: see _install_bench).
+    # (3.17.2: see _install_bench); grafana-foundation-sdk for the prometheus sink's dashboard,
+    # checked on a real run (testing.monitoring).
     _fast_install(
         session, TRACEML_ORACLE, "-e", f"{SDK}[testing,msgpack,follow]", "cookiecutter>=2.6",
-        "mlflow==3.17.2",
+        "mlflow==3.17.2", "grafana-foundation-sdk>=1769699998!10.1.0",
     )  # fmt: skip
     baked, needs = {}, []
     for sink in REAL_PEER_SINKS:

@@ -94,8 +94,13 @@ EXTRA_FILES = {
         f"src/{DEFAULT_PACKAGE}/_prometheus_settings.py",
         f"src/{DEFAULT_PACKAGE}/_protobuf.py",
         f"src/{DEFAULT_PACKAGE}/_prometheus_wire.py",
+        f"src/{DEFAULT_PACKAGE}/monitoring/__init__.py",
+        f"src/{DEFAULT_PACKAGE}/monitoring/__main__.py",
+        f"src/{DEFAULT_PACKAGE}/monitoring/dashboard.json",
+        f"src/{DEFAULT_PACKAGE}/monitoring/rules.yml",
         "tests/test_delivery.py",
         "tests/test_files.py",
+        "tests/test_monitoring.py",
     ],
     "parquet": [
         f"src/{DEFAULT_PACKAGE}/_files.py",

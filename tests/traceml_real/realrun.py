@@ -301,6 +301,9 @@ def kill_tree(pid: int) -> list[int]:
     """SIGKILL ``pid``, everything under it and their process groups; returns the pids hit."""
     pids = [pid, *descendants(pid)]
     groups = {info[1] for p in pids if (info := _ppid_and_pgid(p)) is not None}
+    # a follower shares this process's group (it is started without a session of its own):
+    # killing that group would end pytest itself, with no report (seen: rc 137, "F" cut off)
+    groups.discard(os.getpgrp())
     for target in pids:
         with contextlib.suppress(OSError):
             os.kill(target, signal.SIGKILL)

@@ -17,6 +17,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -195,6 +196,46 @@ def prometheus_values(server: MetricsServer, root: Path) -> dict[str, float]:
             else:
                 values[key] = value
     return values
+
+
+_SELECTOR = re.compile(r"\btraceml_[a-z_]+(?:\{[^}]*\})?")
+
+
+def prometheus_monitoring(server: MetricsServer, root: Path) -> dict[str, Any]:
+    """The baked sink's shipped dashboard and recording rules on what the server holds of
+    run ``root``: ``problems`` (queries that error or answer nothing although each of
+    their selectors, without Grafana's variables, has series of the run), ``unseen`` (the
+    selectors the run never had: a CPU run has no GPU) and ``checked`` (how many ran)."""
+    import yaml
+    from traceml_exporter_sdk.testing.monitoring import dashboard_queries, rule_queries, unanswered
+
+    folder = baked("prometheus") / "src" / "traceml_exporter_prometheus" / "monitoring"
+    dashboard = json.loads((folder / "dashboard.json").read_text(encoding="utf-8"))
+    rule_file = yaml.safe_load((folder / "rules.yml").read_text(encoding="utf-8"))
+    recorded = {
+        r["record"]: r["expr"] for g in rule_file["groups"] for r in g["rules"] if "record" in r
+    }
+    queries = dashboard_queries(dashboard) + [
+        q for q in rule_queries(rule_file) if q.where.split("/")[1] in recorded
+    ]
+    had: dict[str, bool] = {}
+
+    def present(selector: str) -> bool:
+        name, _, matchers = selector.rstrip("}").partition("{")
+        kept = [m for m in matchers.split(", ") if m and "$" not in m]
+        key = name + "{" + ", ".join(sorted(kept)) + "}"
+        if key not in had:
+            chosen = ", ".join([*kept, f'run="{root.name}"'])
+            had[key] = bool(server.query("count(" + name + "{" + chosen + "})"))
+        return had[key]
+
+    seen = [q for q in queries if all(present(sel) for sel in _SELECTOR.findall(q.expr))]
+    variables = {"run": root.name, "node": ".*", "rank": ".*"}
+    return {
+        "problems": unanswered(server, seen, variables, recorded=recorded),
+        "unseen": sorted(key for key, there in had.items() if not there),
+        "checked": len(seen),
+    }
 
 
 def prometheus_expected(rows: dict[str, list[tuple[int, dict[str, Any]]]]) -> dict[str, float]:

@@ -43,6 +43,7 @@ from realsinks import (
     postgres_env,
     postgres_rows,
     prometheus_expected,
+    prometheus_monitoring,
     prometheus_values,
     same_values,
     spec,
@@ -141,6 +142,23 @@ def scenario_prometheus(tmp: Path) -> Outcome:
     return Outcome([run], [follow], {**extra, "values": values})
 
 
+def scenario_prometheus_dashboard(tmp: Path) -> Outcome:
+    """A run followed into Prometheus with no outage (an outage's catch-up sends a series
+    once per exporter, too few samples for a rate), then the shipped dashboard's queries."""
+    with prometheus_server() as server:
+        run = Run(tmp / "logs", "dash", STEPS, step_sleep=STEP_SLEEP).start()
+        env = {"PROMETHEUS_REMOTE_WRITE_URL": server.write_url}
+        follow = Follow(run.root, spec("prometheus"), RETRY, env).start()
+        wait_for(lambda: training(run), "dash to train, rows acknowledged", 180, every=0.1)
+        time.sleep(TRAINING_AFTER_S)  # steps flushed a second apart: a rate has samples
+        run.stop_training()
+        run.wait()
+        follow.finish(timeout=180)
+        assert_traceml_outcome(run, tmp / "alone")
+        monitoring = prometheus_monitoring(server, run.root)
+    return Outcome([run], [follow], {"monitoring": monitoring})
+
+
 def scenario_mlflow(tmp: Path) -> Outcome:
     """An ``mlflow server`` killed with SIGKILL mid-run, started again after ``OUTAGE_S``."""
     peer = MlflowPeer()
@@ -166,6 +184,7 @@ REAL_SCENARIOS = {
     "mlflow": scenario_mlflow,
     "postgres": scenario_postgres,
     "prometheus": scenario_prometheus,
+    "prometheus_dashboard": scenario_prometheus_dashboard,
 }
 REAL_NEEDS = {
     "test_postgres_stopped_mid_run_every_row_arrives_and_the_outage_is_in_the_status": (
@@ -175,6 +194,7 @@ REAL_NEEDS = {
         "postgres",
     ),
     "test_prometheus_stopped_mid_run_holds_what_every_row_aggregates_to": ("prometheus",),
+    "test_prometheus_the_shipped_dashboard_and_rules_show_a_real_run": ("prometheus_dashboard",),
     "test_mlflow_killed_and_slow_to_come_back_holds_every_rows_points": ("mlflow",),
 }
 
@@ -261,6 +281,20 @@ def test_prometheus_stopped_mid_run_holds_what_every_row_aggregates_to(
     steps = [v for k, v in have.items() if k.startswith("traceml_steps_total{")]
     assert sum(steps) == len(rows["step_time"]), "every step row counted once, over the outage"
     assert same_values(have, want) == []
+
+
+def test_prometheus_the_shipped_dashboard_and_rules_show_a_real_run(
+    real_scenarios: Scenarios,
+) -> None:
+    """Every query of the baked sink's dashboard and recording rules whose selectors the
+    run has answers with series. What a CPU run of TraceML 0.5.0 never has: GPU gauges,
+    memory peaks (None on CPU) and phases but step_time (no dataloader_next: the
+    input-wait share is the corpus' to show, in the sink's own tests)."""
+    found = real_outcome(real_scenarios, "prometheus_dashboard").extra["monitoring"]
+    assert found["problems"] == [], found
+    assert found["checked"] >= 18, found
+    unexpected = [s for s in found["unseen"] if not any(k in s for k in ("gpu", "peak", "phase="))]
+    assert unexpected == [], found["unseen"]
 
 
 def test_mlflow_killed_and_slow_to_come_back_holds_every_rows_points(

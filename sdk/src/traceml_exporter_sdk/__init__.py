@@ -132,6 +132,7 @@ _SUBMODULES = frozenset(
         "follow",
         "jsonl",
         "mapping",
+        "monitoring",
         "records",
         "streams",
         "testing",

@@ -62,6 +62,10 @@ def _families(statuses: Statuses, totals: Totals | None) -> Iterator[Any]:
         "exporter_call_seconds",
         "How long the exporter call in progress has run (0: none); a hung sink grows it.",
     )
+    ended = GaugeMetricFamily(
+        f"{PREFIX}_run_end", "1, once the run is over, for how it ended (complete, idle, ...).",
+        labels=["run", "end"],
+    )  # fmt: skip
     lost = CounterMetricFamily(
         f"{PREFIX}_rows_lost",
         f"Rows not exported, by reason ({', '.join(REASONS)}).",
@@ -74,6 +78,8 @@ def _families(statuses: Statuses, totals: Totals | None) -> Iterator[Any]:
         sink_down.add_metric([run], 1.0 if status["state"] == "sink-down" else 0.0)
         for name in STATES:
             state.add_metric([run, name], 1.0 if status["state"] == name else 0.0)
+        if status.get("end"):
+            ended.add_metric([run, status["end"]], 1.0)
         running = status.get("call")
         call.add_metric([run], running["seconds"] if running else 0.0)
         for reason, rows in sorted(status.get("lost", {}).items()):
@@ -95,6 +101,7 @@ def _families(statuses: Statuses, totals: Totals | None) -> Iterator[Any]:
         resent,
         outages,
         call,
+        ended,
         lost,
     )
     if totals is not None:

@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -295,12 +295,18 @@ def _server(
 
 
 def prometheus_server(
-    *, out_of_order_time_window: str | None = None
+    *, out_of_order_time_window: str | None = None, scrape: Sequence[str] = ()
 ) -> contextlib.AbstractContextManager[MetricsServer]:
-    """Prometheus with the remote-write receiver; optionally an out-of-order window (``"30d"``)."""
+    """Prometheus with the remote-write receiver; optionally an out-of-order window (``"30d"``)
+    and ``scrape`` targets (``host:port``, scraped every second as ``job="scraped"``)."""
     config = "global: {}\n"
     if out_of_order_time_window:
         config += f"storage:\n  tsdb:\n    out_of_order_time_window: {out_of_order_time_window}\n"
+    if scrape:
+        config += (
+            "scrape_configs:\n- job_name: scraped\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+            f"  static_configs:\n  - targets: {json.dumps(list(scrape))}\n"
+        )
     return _server("prometheus", [], config)
 
 
