@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from ... import _fs
 from ...context import ExporterContext
 from ...worker import ExportWorker
 from ..sqlite_source import SqliteSource
@@ -80,8 +81,10 @@ class FollowJob:
 
         Raises:
             RunLockedError: another process follows the run.
-            FollowError: its bookmark or database cannot be used.
+            FollowError: its bookmark or database cannot be used, or the run folder is
+                refused (a link, or another user's, on the way: ``RunFolder.unsafe``).
         """
+        self.folder.check()
         self.lock.acquire()
         try:
             settings = self.settings
@@ -179,7 +182,7 @@ class Reporter:
         if changed or final or now - self._saved.get(root, -1e9) >= STATUS_INTERVAL_S:
             self._saved[root] = now
             if job.error is None or not isinstance(job.error, RunLockedError):
-                write_status(job.folder.status_path, snapshot)
+                write_status(job.folder.status_path, snapshot, root=root)
 
 
 def _exported_already(folder: RunFolder) -> bool:
@@ -187,7 +190,7 @@ def _exported_already(folder: RunFolder) -> bool:
     is at the end, nothing to read. Any other end (rows left by a timeout, a failure, a
     stop) is resumed from the bookmark."""
     try:
-        status = orjson.loads(folder.status_path.read_bytes())
+        status = orjson.loads(_fs.read_file(folder.status_path, root=folder.root))
     except (OSError, orjson.JSONDecodeError):
         return False
     return (
@@ -233,6 +236,10 @@ class LogsDirectory:
             root = folder.root
             if root in self.jobs or root in self.passed:
                 continue
+            refused = folder.unsafe()
+            if refused is not None:
+                self._pass(folder, f"refused: {refused}", always=True)
+                continue
             if _exported_already(folder):
                 self._pass(folder, "exported already (its follow ended complete); not read again")
                 continue
@@ -240,7 +247,7 @@ class LogsDirectory:
             if why is not None:
                 self._pass(folder, why)
                 continue
-            if not folder.database.is_file():
+            if not folder.has_database():
                 continue  # starting: its database comes soon
             job = FollowJob(folder, self.settings, self.stop, self.finish)
             try:
@@ -251,7 +258,7 @@ class LogsDirectory:
                     self.reporter.note(f"follow {folder.name}: skipped: {exc}")
                 continue
             except (FollowError, OSError) as exc:
-                self._pass(folder, f"cannot be followed: {exc}")
+                self._pass(folder, f"cannot be followed: {exc}", always=True)
                 continue
             self.elsewhere.pop(root, None)
             self.jobs[root] = job.start()
@@ -277,9 +284,14 @@ class LogsDirectory:
         for root in [r for r in self.passed if not r.exists()]:
             del self.passed[root]
 
-    def _pass(self, folder: RunFolder, why: str) -> None:
+    def _pass(self, folder: RunFolder, why: str, *, always: bool = False) -> None:
+        """Pass the run over, saying why once (``always``: even without progress lines)."""
         self.passed[folder.root] = why
-        self.reporter.note(f"follow {folder.name}: {why}")
+        line = f"follow {folder.name}: {why}"
+        if always:
+            self.reporter.write(line)
+        else:
+            self.reporter.note(line)
 
     def serve(self, poll: float, tick: Callable[[], None]) -> None:
         """Look for runs every ``poll`` seconds until ``stop``; then wait for every job."""

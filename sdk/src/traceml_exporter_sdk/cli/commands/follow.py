@@ -148,8 +148,11 @@ def wait_for_run(root: Path, wait: float, stop: threading.Event | None = None) -
     while True:
         if root.exists() and not root.is_dir():
             raise CliError(f"--session-root {root} is not a folder", EXIT_INPUT)
+        refused = folder.unsafe()
+        if refused is not None:
+            raise CliError(f"--session-root {root}: {refused}", EXIT_INPUT)
         has_manifest = folder.manifest() is not None
-        if has_manifest and folder.database.is_file():
+        if has_manifest and folder.has_database():
             return folder
         ended = ended_without_telemetry(folder)
         if ended is not None:
