@@ -39,7 +39,7 @@ from typing import IO, Any
 
 import orjson
 
-from . import _fs
+from ._export import run_files
 from .context import ExporterContext
 from .records import ExportRecord
 
@@ -130,7 +130,7 @@ class JsonlExporter:
     """Write ``<export_dir>/<stream>.jsonl`` for every selected stream that gets a record.
 
     ``open`` makes ``export_dir``, through no link under ``session_root`` (a run
-    folder other users may write: ``_fs``), the run owner's when made by root; a
+    folder other users may write: ``_export.run_files``), the run owner's when made by root; a
     stream's file is made exclusively, never through a link, with the run folder's
     read and write permission bits, by the
     ``write`` that brings its first record, so an earlier export in the same
@@ -153,7 +153,7 @@ class JsonlExporter:
     def __init__(self, context: ExporterContext) -> None:
         self._dir = context.export_dir
         self._root = context.session_root
-        self._folder: _fs.Folder | None = None
+        self._folder: run_files.Folder | None = None
         self._streams = context.streams
         self._selected = frozenset(context.streams)
         self._include_hostname = context.include_hostname
@@ -201,7 +201,7 @@ class JsonlExporter:
         except ValueError:
             parts, base = (), self._dir
         base.mkdir(parents=True, exist_ok=True)
-        self._folder = _fs.open_folder(base, parts, create=True)
+        self._folder = run_files.open_folder(base, parts, create=True)
         try:
             self._part = self._next_part()
         except BaseException:

@@ -47,8 +47,8 @@ from typing import Any, Literal, Protocol
 import apsw
 import orjson
 
-from .. import _fs
 from .._build.projection import TABLE_RECORDS
+from .._export import run_files
 from ..records import RECORD_TYPES, Record
 from .sqlite_rows import RowConverter
 
@@ -267,14 +267,14 @@ def add_warning_block(session_root: Path, name: str, block: dict[str, Any]) -> P
     """Set ``name`` in ``<session_root>/aggregator/finalization_warning.json``, keeping the rest."""
     path = session_root / "aggregator" / "finalization_warning.json"
     try:
-        data: Any = orjson.loads(_fs.read_file(path, root=session_root))
+        data: Any = orjson.loads(run_files.read_file(path, root=session_root))
     except (OSError, orjson.JSONDecodeError):
         data = {}
     if type(data) is not dict:
         data = {}
     data[name] = block
     try:
-        _fs.write_json(path, data, root=session_root)
+        run_files.write_json(path, data, root=session_root)
     except OSError:
         return None
     return path
@@ -371,7 +371,7 @@ def open_run_database(
 ) -> apsw.Connection:
     """A connection to the database ``path`` under the run folder ``root``, never through
     a link another user planted: every folder from ``root`` down is opened without
-    following links and must be the run owner's (``_fs``), as must the file, its
+    following links and must be the run owner's (``_export.run_files``), as must the file, its
     ``-wal`` and ``-shm``; SQLite is told to refuse a link (``SQLITE_OPEN_NOFOLLOW``),
     and the file it opened must be the one checked. ``owner_only``: files of this
     process are refused too (a read-write open writes only the run owner's database).
@@ -381,7 +381,7 @@ def open_run_database(
     """
     parts = path.parent.relative_to(root).parts
     try:
-        with _fs.open_folder(root, parts) as folder:
+        with run_files.open_folder(root, parts) as folder:
             checked = _checked_database(folder, path.name, owner_only)
             try:
                 connection = apsw.Connection(
@@ -402,13 +402,13 @@ def open_run_database(
     except FileNotFoundError:
         raise BackfillError(f"database not found: {path}") from None
     except OSError as exc:
-        raise BackfillError(str(exc) if isinstance(exc, _fs.UnsafePathError) else
+        raise BackfillError(str(exc) if isinstance(exc, run_files.UnsafePathError) else
                             f"cannot read {path}: {exc.strerror or exc}") from None  # fmt: skip
     connection.set_busy_timeout(5000)
     return connection
 
 
-def _checked_database(folder: _fs.Folder, name: str, owner_only: bool) -> os.stat_result:
+def _checked_database(folder: run_files.Folder, name: str, owner_only: bool) -> os.stat_result:
     """The status of the database ``name`` in ``folder``, once it and its ``-wal`` and
     ``-shm`` are found to be regular files of the run's owner, with a SQLite header.
 
@@ -429,12 +429,12 @@ def _checked_database(folder: _fs.Folder, name: str, owner_only: bool) -> os.sta
         if found is None:
             continue
         if not stat.S_ISREG(found.st_mode):
-            raise _fs.UnsafePathError(
+            raise run_files.UnsafePathError(
                 f"{folder.path / shown} is a link or not a regular file: refused"
             )
         folder.check(found, shown, file=True)
         if owner_only and found.st_uid != folder.uid:
-            raise _fs.UnsafePathError(
+            raise run_files.UnsafePathError(
                 f"{folder.path / shown} belongs to uid {found.st_uid}, not to the run's "
                 f"owner (uid {folder.uid}): not opened for writing"
             )

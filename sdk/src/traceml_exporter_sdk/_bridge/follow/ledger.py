@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from ... import _fs
+from ..._export import run_files
 from ..sqlite_source import SqliteSource
 from .run import FollowError, RunFolder
 from .status import RunStatus, write_json
@@ -99,7 +99,7 @@ class Ledger:
     def _load(self) -> dict[str, Any] | None:
         path = self.folder.bookmark_path
         try:
-            raw = _fs.read_file(path, root=self.folder.root)
+            raw = run_files.read_file(path, root=self.folder.root)
         except FileNotFoundError:
             return None
         except OSError as exc:

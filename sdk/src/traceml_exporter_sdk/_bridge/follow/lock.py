@@ -12,7 +12,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from ... import _fs
+from ..._export import run_files
 from .run import FollowError
 
 __all__ = ["RunLock", "RunLockedError"]
@@ -28,7 +28,7 @@ class RunLock:
     def __init__(self, path: Path, root: Path | None = None) -> None:
         self.path = path
         self.root = root if root is not None else path.parents[2]
-        """The run folder: ``path`` is opened under it through no link (``_fs``)."""
+        """The run folder: ``path`` is opened under it through no link (``_export.run_files``)."""
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
@@ -41,9 +41,9 @@ class RunLock:
         """
         parts = self.path.parent.relative_to(self.root).parts
         try:
-            with _fs.open_folder(self.root, parts, create=True) as folder:
-                fd = folder.open_file(self.path.name, os.O_RDWR | os.O_CREAT, _fs.PRIVATE)
-        except _fs.UnsafePathError as exc:
+            with run_files.open_folder(self.root, parts, create=True) as folder:
+                fd = folder.open_file(self.path.name, os.O_RDWR | os.O_CREAT, run_files.PRIVATE)
+        except run_files.UnsafePathError as exc:
             raise FollowError(str(exc)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from ... import _fs
+from ..._export import run_files
 
 __all__ = [
     "DATABASE",
@@ -88,7 +88,7 @@ class RunFolder:
         """The manifest as TraceML last wrote it, read through no link; None while it is
         missing or mid-write (or refused: ``unsafe`` says why)."""
         try:
-            data = orjson.loads(_fs.read_file(self.manifest_path, root=self.root))
+            data = orjson.loads(run_files.read_file(self.manifest_path, root=self.root))
         except (OSError, orjson.JSONDecodeError):
             return None
         return data if type(data) is dict else None
@@ -106,7 +106,7 @@ class RunFolder:
         to a user other than the run folder's owner (or this process). Parts not made
         yet are not judged; every later open is checked again the same way."""
         try:
-            with _fs.open_folder(self.root) as root:
+            with run_files.open_folder(self.root) as root:
                 try:
                     aggregator = root.sub(DATABASE.parent.name)
                 except FileNotFoundError:
@@ -119,7 +119,7 @@ class RunFolder:
                         os.close(aggregator.open_file(DATABASE.name))
         except FileNotFoundError:
             return None
-        except _fs.UnsafePathError as exc:
+        except run_files.UnsafePathError as exc:
             return str(exc)
         except OSError as exc:
             return f"{self.root}: {exc.strerror or exc}"

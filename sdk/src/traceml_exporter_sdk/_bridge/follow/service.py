@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from ... import _fs
+from ..._export import run_files
 from ...context import ExporterContext
 from ...worker import ExportWorker
 from ..sqlite_source import SqliteSource
@@ -190,7 +190,7 @@ def _exported_already(folder: RunFolder) -> bool:
     is at the end, nothing to read. Any other end (rows left by a timeout, a failure, a
     stop) is resumed from the bookmark."""
     try:
-        status = orjson.loads(_fs.read_file(folder.status_path, root=folder.root))
+        status = orjson.loads(run_files.read_file(folder.status_path, root=folder.root))
     except (OSError, orjson.JSONDecodeError):
         return False
     return (

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from ... import _fs
+from ..._export import run_files
 
 __all__ = [
     "ENDED",
@@ -194,13 +194,13 @@ def write_status(path: Path, status: Mapping[str, Any], *, root: Path | None = N
 
 def write_json(path: Path, data: Mapping[str, Any], *, root: Path | None = None) -> str | None:
     """Write ``data`` as indented JSON atomically, mode 0600, through no link under the run
-    folder ``root`` (``_fs.write_json``); the error text, or None. A file of
+    folder ``root`` (``run_files.write_json``); the error text, or None. A file of
     ``aggregator/follow/`` has its run folder found from its path when ``root`` is not
     given. The run folder itself is never made: one deleted under the follower stays so."""
     if root is None and path.parent.name == "follow" and path.parent.parent.name == "aggregator":
         root = path.parents[2]
     try:
-        _fs.write_json(path, data, root=root)
+        run_files.write_json(path, data, root=root)
     except OSError as exc:
         return f"could not write {path}: {exc.strerror or exc}"
     return None
