@@ -3,8 +3,9 @@
 A run folder is untrusted input: other users write it and ``follow`` may run as root.
 So every path under it is opened relative to a folder descriptor, one name at a time,
 without following links (``O_NOFOLLOW``); a folder or file there that is a link, not
-of its kind, or owned by someone other than the run folder's owner (or this process)
-is refused. Only the run folder's parent, the operator's own path, is followed.
+of its kind, or owned by someone other than the run folder's owner (this process and
+root are trusted) is refused. Only the run folder's parent, the operator's path, is
+followed.
 
 What is written is written whole or not at all: a temp file created exclusively under
 an unpredictable name, fsynced, renamed over the final name, and the folder fsynced.
@@ -66,13 +67,14 @@ class Folder:
         self.close()
 
     def check(self, st: os.stat_result, name: str, *, file: bool = False) -> None:
-        """Refuse ``name`` unless it belongs to the run's owner (or to this process) and,
+        """Refuse ``name`` unless it belongs to the run's owner (or to this process, or to
+        root: no other user can make a file root's, and an older follower as root did) and,
         for a file, has one name only (a hard link is another's file under a new name).
 
         Raises:
             UnsafePathError: it does not.
         """
-        if st.st_uid not in (self.uid, os.geteuid()):
+        if st.st_uid not in (self.uid, os.geteuid(), 0):
             raise UnsafePathError(
                 f"{self.path / name} belongs to uid {st.st_uid}, not to the run folder's "
                 f"owner (uid {self.uid}): refused; {_REFUSED}"

@@ -103,8 +103,8 @@ class RunFolder:
     def unsafe(self) -> str | None:
         """Why the run folder must not be followed, or None: it, ``aggregator/``,
         ``telemetry``, ``follow/`` or ``export/`` is a link, not of its kind, or belongs
-        to a user other than the run folder's owner (or this process). Parts not made
-        yet are not judged; every later open is checked again the same way."""
+        to a user other than the run folder's owner (this process and root are trusted).
+        Parts not made yet are not judged; every later open is checked the same way."""
         try:
             with run_files.open_folder(self.root) as root:
                 try:
