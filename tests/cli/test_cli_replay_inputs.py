@@ -277,7 +277,8 @@ def test_a_warning_file_that_cannot_be_written_is_reported(tmp_path: Path) -> No
     )
     assert (
         "finalization_warning.json  NOT WRITTEN: could not write "
-        f"{(tmp_path / 'r' / WARNING).resolve()}: File exists"
+        f"{(tmp_path / 'r' / WARNING).resolve()}: {(tmp_path / 'r' / 'aggregator').resolve()} "
+        "is not a folder: refused"
     ) in result.stdout
 
 

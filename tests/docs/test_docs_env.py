@@ -43,6 +43,7 @@ NOT_VARIABLES = {
     "DT_DOUBLE": "a TensorFlow DataType enum value of a TensorBoard summary",
     "DT_STRING": "a TensorFlow DataType enum value of a TensorBoard summary",
     "ALLOW_CONNECTIONS": "a PostgreSQL ALTER DATABASE option",
+    "CAP_SYS_PTRACE": "a Linux capability (docs/follow.md, Threat model)",
 }
 """Names the docs use that are not variables and not names of the code."""
 

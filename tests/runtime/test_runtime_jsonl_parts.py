@@ -171,8 +171,8 @@ class FullDisk(io.FileIO):
     """A new file on a disk with ``room`` bytes left: a write past them is cut short,
     and the next one fails with ENOSPC, as a real full disk does."""
 
-    def __init__(self, path: str | Path, room: int) -> None:
-        super().__init__(path, "x")
+    def __init__(self, fd: int, room: int) -> None:
+        super().__init__(fd, "w")
         self.room = room
 
     def write(self, data: Any) -> int:
@@ -185,9 +185,11 @@ class FullDisk(io.FileIO):
 def full_disk(room: int) -> Callable[..., IO[bytes]]:
     """A stand-in for the exporter's ``open``: every file it makes holds ``room`` bytes."""
 
-    def open_on_full_disk(path: Path, mode: str, buffering: int) -> IO[bytes]:
-        assert mode == "xb"
-        return io.BufferedWriter(FullDisk(path, room), buffering)
+    def open_on_full_disk(fd: int, mode: str, buffering: int) -> IO[bytes]:
+        # the exporter wraps the file it made exclusively, through no link (an fd)
+        assert isinstance(fd, int)
+        assert mode == "wb"
+        return io.BufferedWriter(FullDisk(fd, room), buffering)
 
     return open_on_full_disk
 

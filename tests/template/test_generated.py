@@ -65,6 +65,10 @@ EXTRA_FILES = {
         f"src/{DEFAULT_PACKAGE}/_files.py",
         "tests/test_files.py",
     ],
+    "sqlite": [
+        f"src/{DEFAULT_PACKAGE}/_files.py",
+        "tests/test_files.py",
+    ],
     "postgres": [
         f"src/{DEFAULT_PACKAGE}/_delivery.py",
         f"src/{DEFAULT_PACKAGE}/_files.py",

@@ -39,6 +39,7 @@ from typing import IO, Any
 
 import orjson
 
+from ._export import run_files
 from .context import ExporterContext
 from .records import ExportRecord
 
@@ -128,7 +129,10 @@ def _escape_line_breaks(blob: bytes) -> bytes:
 class JsonlExporter:
     """Write ``<export_dir>/<stream>.jsonl`` for every selected stream that gets a record.
 
-    ``open`` makes ``export_dir``; a stream's file is made in mode ``x`` by the
+    ``open`` makes ``export_dir``, through no link under ``session_root`` (a run
+    folder other users may write: ``_export.run_files``), the run owner's when made by root; a
+    stream's file is made exclusively, never through a link, with the run folder's
+    read and write permission bits, by the
     ``write`` that brings its first record, so an earlier export in the same
     folder is never overwritten or appended to, and a stream with no record
     has no file. When an earlier export is there (a follower started again
@@ -148,6 +152,8 @@ class JsonlExporter:
 
     def __init__(self, context: ExporterContext) -> None:
         self._dir = context.export_dir
+        self._root = context.session_root
+        self._folder: run_files.Folder | None = None
         self._streams = context.streams
         self._selected = frozenset(context.streams)
         self._include_hostname = context.include_hostname
@@ -173,8 +179,9 @@ class JsonlExporter:
         Every part of this export comes after every earlier export's, also for
         a stream to which the earlier export wrote nothing.
         """
+        assert self._folder is not None
         highest = -1
-        for name in os.listdir(self._dir):
+        for name in os.listdir(self._folder.fd):
             stream, _, rest = name.partition(".")
             if stream not in self._selected:
                 continue
@@ -187,9 +194,25 @@ class JsonlExporter:
         return highest + 1
 
     def open(self) -> None:
-        self._dir.mkdir(parents=True, exist_ok=True)
-        self._part = self._next_part()
+        self._close_folder()
+        try:
+            parts = self._dir.relative_to(self._root).parts
+            base = self._root
+        except ValueError:
+            parts, base = (), self._dir
+        base.mkdir(parents=True, exist_ok=True)
+        self._folder = run_files.open_folder(base, parts, create=True)
+        try:
+            self._part = self._next_part()
+        except BaseException:
+            self._close_folder()
+            raise
         self._is_open = True
+
+    def _close_folder(self) -> None:
+        folder, self._folder = self._folder, None
+        if folder is not None:
+            folder.close()
 
     def _start_files(self, kinds: set[str]) -> None:
         """Make the file of each stream in ``kinds`` that has none yet; refuse unselected ones.
@@ -207,8 +230,11 @@ class JsonlExporter:
         if not self._is_open:
             raise RuntimeError("write on a jsonl exporter that is not open, or closed")
         paths = self.paths()
+        folder = self._folder
+        assert folder is not None
         for stream in sorted(kinds - self._files.keys()):
-            handle = open(paths[stream], "xb", buffering=_BUFFER_SIZE)  # noqa: SIM115 - see close()
+            fd = folder.create(paths[stream].name, folder.mode & 0o644)
+            handle = open(fd, "wb", buffering=_BUFFER_SIZE)  # noqa: SIM115 - see close()
             self._files[stream] = handle
             self._writers[stream] = handle.write
             self._written[stream] = 0
@@ -285,6 +311,7 @@ class JsonlExporter:
         """Close every file, even when closing one raises; re-raise the first error."""
         files, self._files = self._files, {}
         self._writers = {}
+        self._close_folder()
         error: BaseException | None = None
         for handle in files.values():
             try:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ import apsw
 import orjson
 
 from .._build.projection import TABLE_RECORDS
+from .._export import run_files
 from ..records import RECORD_TYPES, Record
 from .sqlite_rows import RowConverter
 
@@ -265,17 +267,14 @@ def add_warning_block(session_root: Path, name: str, block: dict[str, Any]) -> P
     """Set ``name`` in ``<session_root>/aggregator/finalization_warning.json``, keeping the rest."""
     path = session_root / "aggregator" / "finalization_warning.json"
     try:
-        data: Any = orjson.loads(path.read_bytes()) if path.exists() else {}
+        data: Any = orjson.loads(run_files.read_file(path, root=session_root))
     except (OSError, orjson.JSONDecodeError):
         data = {}
     if type(data) is not dict:
         data = {}
     data[name] = block
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-        os.replace(tmp, path)
+        run_files.write_json(path, data, root=session_root)
     except OSError:
         return None
     return path
@@ -325,7 +324,9 @@ def _plan_table(
     return TablePlan(record_type.STREAM, table, layout, count, query)
 
 
-def connect_read_only(path: Path, *, immutable: bool = False) -> Connection:
+def connect_read_only(
+    path: Path, *, immutable: bool = False, root: Path | None = None
+) -> Connection:
     """A read-only connection to ``path``, in autocommit mode (no transaction left open).
 
     ``immutable``: the file will not change and has no WAL content (a finished run):
@@ -333,9 +334,15 @@ def connect_read_only(path: Path, *, immutable: bool = False) -> Connection:
     a connection at a time, so it is opened without SQLite's per-call mutex (NOMUTEX),
     a fifth of the cost of fetching a row.
 
+    ``root``: the run folder ``path`` is under, whose files another user may have
+    planted: the database is then opened only through no link (``open_run_database``).
+
     Raises:
-        BackfillError: the file is missing, unreadable, or not a SQLite database.
+        BackfillError: the file is missing, unreadable, or not a SQLite database, or
+            (with ``root``) a link or another user's.
     """
+    if root is not None:
+        return open_run_database(path, root, flags=apsw.SQLITE_OPEN_READONLY, immutable=immutable)
     try:
         with path.open("rb") as fh:
             head = fh.read(len(SQLITE_MAGIC))
@@ -357,6 +364,81 @@ def connect_read_only(path: Path, *, immutable: bool = False) -> Connection:
         raise BackfillError(f"{path} cannot be read as a SQLite database: {exc}") from None
     connection.set_busy_timeout(5000)
     return connection
+
+
+def open_run_database(
+    path: Path, root: Path, *, flags: int, immutable: bool = False, owner_only: bool = False
+) -> apsw.Connection:
+    """A connection to the database ``path`` under the run folder ``root``, never through
+    a link another user planted: every folder from ``root`` down is opened without
+    following links and must be the run owner's (``_export.run_files``), as must the file, its
+    ``-wal`` and ``-shm``; SQLite is told to refuse a link (``SQLITE_OPEN_NOFOLLOW``),
+    and the file it opened must be the one checked. ``owner_only``: files of this
+    process are refused too (a read-write open writes only the run owner's database).
+
+    Raises:
+        BackfillError: it is missing, refused, or not a SQLite database.
+    """
+    parts = path.parent.relative_to(root).parts
+    try:
+        with run_files.open_folder(root, parts) as folder:
+            checked = _checked_database(folder, path.name, owner_only)
+            try:
+                connection = apsw.Connection(
+                    f"{path.as_uri()}?mode={'ro&immutable=1' if immutable else 'ro'}"
+                    if flags & apsw.SQLITE_OPEN_READONLY
+                    else path.as_uri(),
+                    flags=flags
+                    | apsw.SQLITE_OPEN_URI
+                    | apsw.SQLITE_OPEN_NOMUTEX
+                    | apsw.SQLITE_OPEN_NOFOLLOW,
+                )
+            except DATABASE_ERRORS as exc:
+                raise BackfillError(f"{path} cannot be read as a SQLite database: {exc}") from None
+            now = folder.lstat(path.name)
+            if now is None or (now.st_dev, now.st_ino) != (checked.st_dev, checked.st_ino):
+                connection.close()  # nothing was read: closing it touches no file
+                raise BackfillError(f"{path} was replaced while it was opened: refused")
+    except FileNotFoundError:
+        raise BackfillError(f"database not found: {path}") from None
+    except OSError as exc:
+        raise BackfillError(str(exc) if isinstance(exc, run_files.UnsafePathError) else
+                            f"cannot read {path}: {exc.strerror or exc}") from None  # fmt: skip
+    connection.set_busy_timeout(5000)
+    return connection
+
+
+def _checked_database(folder: run_files.Folder, name: str, owner_only: bool) -> os.stat_result:
+    """The status of the database ``name`` in ``folder``, once it and its ``-wal`` and
+    ``-shm`` are found to be regular files of the run's owner, with a SQLite header.
+
+    Raises:
+        UnsafePathError, OSError, BackfillError: they are not.
+    """
+    fd = folder.open_file(name)
+    try:
+        st = os.fstat(fd)
+        head = os.read(fd, len(SQLITE_MAGIC))
+    finally:
+        os.close(fd)
+    if head and head != SQLITE_MAGIC:
+        raise BackfillError(f"{folder.path / name} is not a SQLite database")
+    for shown, found in [(name, st)] + [
+        (name + suffix, folder.lstat(name + suffix)) for suffix in ("-wal", "-shm")
+    ]:
+        if found is None:
+            continue
+        if not stat.S_ISREG(found.st_mode):
+            raise run_files.UnsafePathError(
+                f"{folder.path / shown} is a link or not a regular file: refused"
+            )
+        folder.check(found, shown, file=True)
+        if owner_only and found.st_uid != folder.uid:
+            raise run_files.UnsafePathError(
+                f"{folder.path / shown} belongs to uid {found.st_uid}, not to the run's "
+                f"owner (uid {folder.uid}): not opened for writing"
+            )
+    return st
 
 
 def open_database(

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
+from . import run_files
 
 __all__ = [
     "LOG",
@@ -110,20 +109,20 @@ def write_warning_file(
     """Write ``content`` as ``<session_root>/aggregator/finalization_warning.json``
     (or as ``path``, where a caller keeps its warnings elsewhere).
 
-    Written to a ``.tmp`` file and renamed into place. Elsewhere than TraceML's place
-    only the file's own folder is made (a run folder deleted under a follower, whose
-    warnings are in ``aggregator/follow/``, is not made again). Returns ``(path, None)``,
+    Written by ``run_files.write_json``: atomically, mode 0600, through no link under
+    ``session_root``, whose missing folders are made (``session_root`` itself only for
+    TraceML's place: a run folder deleted under a follower, whose warnings are in
+    ``aggregator/follow/``, is not made again). Returns ``(path, None)``,
     or ``(None, why)`` when it could not be written; that is logged at ERROR too,
     with the content, so the loss it records is never silent.
     """
     default = session_root / "aggregator" / WARNING_FILE
     if path is None:
         path = default
-    tmp = path.with_suffix(".json.tmp")
     try:
-        path.parent.mkdir(parents=path == default, exist_ok=True)
-        tmp.write_bytes(orjson.dumps(content, option=orjson.OPT_INDENT_2))
-        os.replace(tmp, path)
+        if path == default:
+            session_root.mkdir(parents=True, exist_ok=True)  # TraceML's place: made whole
+        run_files.write_json(path, content, root=session_root)
     except OSError as exc:
         reason = f"could not write {path}: {exc.strerror or exc}"
         log_error("[TraceML] %s; what it records: %s", reason, content)

@@ -40,7 +40,8 @@ EXIT_CODES: dict[int, str] = {
     "--streams, a template answer that is not valid Jinja",
     EXIT_INPUT: "an input cannot be used: file or database missing, unreadable or of the "
     "wrong kind, traceml.yaml not valid, --session-root not empty or not writable, output "
-    "folder already there",
+    "folder already there, a run folder refused as unsafe (a link or another user's folder "
+    "or file in it: docs/follow.md, Threat model)",
     EXIT_EXPORT: "replay, follow: the exporter failed or stalled, batches were dropped, or shutdown "
     "timed out; for follow, a sink still down after --max-outage, or a drain past "
     "--shutdown-timeout at the run's end or a signal (the summary is still printed and "

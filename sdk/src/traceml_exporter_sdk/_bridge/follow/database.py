@@ -10,7 +10,13 @@ from pathlib import Path
 import apsw
 
 from ..database_holders import database_holders
-from ..sqlite_source import DATABASE_ERRORS, Connection, connect_read_only
+from ..sqlite_source import (
+    DATABASE_ERRORS,
+    BackfillError,
+    Connection,
+    connect_read_only,
+    open_run_database,
+)
 from .run import RunFolder, run_complete
 
 __all__ = ["Signature", "connect", "files_signature", "finish_traceml_close"]
@@ -38,9 +44,9 @@ def connect(folder: RunFolder) -> Connection:
     """
     database = folder.database
     immutable = False
-    if not _wal(database).exists():
+    if not os.path.lexists(_wal(database)):
         immutable = run_complete(folder.manifest()) or database_holders(database) == set()
-    return connect_read_only(database, immutable=immutable)
+    return connect_read_only(database, immutable=immutable, root=folder.root)
 
 
 def files_signature(database: Path) -> Signature | None:
@@ -49,7 +55,7 @@ def files_signature(database: Path) -> Signature | None:
     out: list[tuple[int, int, int] | None] = []
     for path in (database, _wal(database)):
         try:
-            st = os.stat(path)
+            st = os.stat(path, follow_symlinks=False)
         except OSError:
             if path is database:
                 return None
@@ -70,14 +76,18 @@ def finish_traceml_close(folder: RunFolder) -> None:
     """
     database = folder.database
     try:
-        if _wal(database).stat().st_size != 0:
+        if os.stat(_wal(database), follow_symlinks=False).st_size != 0:
             return
     except OSError:
         return
     if not run_complete(folder.manifest()) or database_holders(database) != set():
         return
-    with contextlib.suppress(*DATABASE_ERRORS):
-        connection = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READWRITE)
+    with contextlib.suppress(*DATABASE_ERRORS, BackfillError):
+        # only the run owner's own files, through no link (one planted there would
+        # fold another user's -wal into their database)
+        connection = open_run_database(
+            database, folder.root, flags=apsw.SQLITE_OPEN_READWRITE, owner_only=True
+        )
         try:
             connection.execute("PRAGMA schema_version").fetchall()
         finally:

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 from typing import Any
 
+from ..._export import run_files
 from ...cli.exit_codes import (
     EXIT_EXPORT,
     EXIT_INCOMPLETE,
@@ -85,8 +86,8 @@ def leave_the_truth(result: FollowResult, folder: RunFolder, message: str) -> No
     report = result.report
     lost = report.exporter_failed or report.dropped_batches or report.timed_out or result.lost
     if not (incomplete or skipped or result.bookmark_error or result.end != "complete" or lost):
-        with contextlib.suppress(FileNotFoundError):
-            folder.warning_path.unlink()
+        with contextlib.suppress(OSError):  # an unsafe follow/ was refused before this
+            run_files.remove_file(folder.warning_path, root=folder.root)
         result.report = dataclasses.replace(report, warning_path=None)
         return
     block: dict[str, Any] = {

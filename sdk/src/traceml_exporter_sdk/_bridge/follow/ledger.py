@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from ..._export import run_files
 from ..sqlite_source import SqliteSource
 from .run import FollowError, RunFolder
 from .status import RunStatus, write_json
@@ -98,7 +99,7 @@ class Ledger:
     def _load(self) -> dict[str, Any] | None:
         path = self.folder.bookmark_path
         try:
-            raw = path.read_bytes()
+            raw = run_files.read_file(path, root=self.folder.root)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -230,7 +231,7 @@ class Ledger:
             "exported": exported,
             "writers": self.writers,
         }
-        error = write_json(path, data)
+        error = write_json(path, data, root=self.folder.root)
         if error is not None:
             self.bookmark_error = f"the bookmark was not saved: {error}"
 

@@ -12,6 +12,9 @@ import fcntl
 import os
 from pathlib import Path
 
+from ..._export import run_files
+from .run import FollowError
+
 __all__ = ["RunLock", "RunLockedError"]
 
 
@@ -22,8 +25,10 @@ class RunLockedError(Exception):
 class RunLock:
     """Held from ``acquire`` until ``release`` (or the process ends)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, root: Path | None = None) -> None:
         self.path = path
+        self.root = root if root is not None else path.parents[2]
+        """The run folder: ``path`` is opened under it through no link (``_export.run_files``)."""
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
@@ -31,10 +36,15 @@ class RunLock:
 
         Raises:
             RunLockedError: another process holds it.
+            FollowError: the lock or a folder on its way is a link or another user's.
             OSError: the folder cannot be written.
         """
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        parts = self.path.parent.relative_to(self.root).parts
+        try:
+            with run_files.open_folder(self.root, parts, create=True) as folder:
+                fd = folder.open_file(self.path.name, os.O_RDWR | os.O_CREAT, run_files.PRIVATE)
+        except run_files.UnsafePathError as exc:
+            raise FollowError(str(exc)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -7,12 +7,17 @@ and warning file in ``LOGS/NAME/aggregator/follow/``.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from ..._export import run_files
 
 __all__ = [
     "DATABASE",
@@ -41,8 +46,11 @@ class RunFolder:
 
     @classmethod
     def at(cls, root: Path) -> RunFolder:
-        """The folder by its absolute, resolved path: the one identity a sink keys a run by."""
-        return cls(Path(root).resolve())
+        """The folder by its absolute path, its parent resolved: the one identity a sink
+        keys a run by. The folder itself is not resolved: a run folder that is a link is
+        refused (``unsafe``), never followed."""
+        root = Path(os.path.abspath(root))
+        return cls(root.parent.resolve() / root.name)
 
     @property
     def name(self) -> str:
@@ -77,17 +85,60 @@ class RunFolder:
         return self.state_dir / "lock"
 
     def manifest(self) -> dict[str, Any] | None:
-        """The manifest as TraceML last wrote it; None while it is missing or mid-write."""
+        """The manifest as TraceML last wrote it, read through no link; None while it is
+        missing or mid-write (or refused: ``unsafe`` says why)."""
         try:
-            data = orjson.loads(self.manifest_path.read_bytes())
+            data = orjson.loads(run_files.read_file(self.manifest_path, root=self.root))
         except (OSError, orjson.JSONDecodeError):
             return None
         return data if type(data) is dict else None
 
+    def has_database(self) -> bool:
+        """``aggregator/telemetry`` is there as a regular file (a link is not)."""
+        try:
+            return stat.S_ISREG(os.stat(self.database, follow_symlinks=False).st_mode)
+        except OSError:
+            return False
+
+    def unsafe(self) -> str | None:
+        """Why the run folder must not be followed, or None: it, ``aggregator/``,
+        ``telemetry``, ``follow/`` or ``export/`` is a link, not of its kind, or belongs
+        to a user other than the run folder's owner (this process and root are trusted).
+        Parts not made yet are not judged; every later open is checked the same way."""
+        try:
+            with run_files.open_folder(self.root) as root:
+                try:
+                    aggregator = root.sub(DATABASE.parent.name)
+                except FileNotFoundError:
+                    return None
+                with aggregator:
+                    for name in (STATE_DIR.name, "export"):
+                        with contextlib.suppress(FileNotFoundError):
+                            aggregator.sub(name).close()
+                    with contextlib.suppress(FileNotFoundError):
+                        os.close(aggregator.open_file(DATABASE.name))
+        except FileNotFoundError:
+            return None
+        except run_files.UnsafePathError as exc:
+            return str(exc)
+        except OSError as exc:
+            return f"{self.root}: {exc.strerror or exc}"
+        return None
+
+    def check(self) -> None:
+        """Raise when the run folder must not be followed (``unsafe``).
+
+        Raises:
+            FollowError: it must not; the message says why and what is accepted.
+        """
+        why = self.unsafe()
+        if why is not None:
+            raise FollowError(why)
+
     def identity(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """What tells this run from another in the same folder."""
         try:
-            inode = self.database.stat().st_ino
+            inode = os.stat(self.database, follow_symlinks=False).st_ino
         except OSError:
             inode = None
         return {
@@ -111,7 +162,7 @@ def ended_without_telemetry(folder: RunFolder) -> str | None:
     """Why a run that has no database will never have one (its manifest says it ended:
     a failed start such as a port in use), or None while it may still come."""
     manifest = folder.manifest()
-    if manifest is None or folder.database.exists() or not run_complete(manifest):
+    if manifest is None or os.path.lexists(folder.database) or not run_complete(manifest):
         return None
     said = ", ".join(
         f"{key} {manifest[key]}"
@@ -122,11 +173,12 @@ def ended_without_telemetry(folder: RunFolder) -> str | None:
 
 
 def runs_under(logs_dir: Path) -> Iterator[RunFolder]:
-    """The run folders directly under ``logs_dir`` (those holding a manifest), by name."""
+    """The run folders directly under ``logs_dir`` (those holding a manifest), by name;
+    a link to one is given too, to be refused by name (``RunFolder.unsafe``)."""
     try:
-        entries = sorted(logs_dir.iterdir())
+        entries = sorted(logs_dir.resolve().iterdir())
     except OSError:
         return
     for entry in entries:
         if (entry / MANIFEST).is_file():
-            yield RunFolder.at(entry)
+            yield RunFolder(entry)

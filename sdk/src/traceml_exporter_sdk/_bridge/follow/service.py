@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from ..._export import run_files
 from ...context import ExporterContext
 from ...worker import ExportWorker
 from ..sqlite_source import SqliteSource
@@ -68,8 +69,10 @@ class FollowJob:
             RunLockedError: another process follows the run.
             NoReadableTableError: ``need_tables`` and the database has no readable table of
                 the selected streams (one that may get one later is followed).
-            FollowError: its bookmark or database cannot be used.
+            FollowError: its bookmark or database cannot be used, or the run folder is
+                refused (a link, or another user's, on the way: ``RunFolder.unsafe``).
         """
+        self.folder.check()
         self.lock.acquire()
         try:
             settings = self.settings
@@ -142,7 +145,7 @@ def _exported_already(folder: RunFolder) -> bool:
     is at the end, nothing to read. Any other end (rows left by a timeout, a failure, a
     stop) is resumed from the bookmark."""
     try:
-        status = orjson.loads(folder.status_path.read_bytes())
+        status = orjson.loads(run_files.read_file(folder.status_path, root=folder.root))
     except (OSError, orjson.JSONDecodeError):
         return False
     return (
@@ -190,6 +193,10 @@ class LogsDirectory:
             root = folder.root
             if root in self.jobs or root in self.passed:
                 continue
+            refused = folder.unsafe()
+            if refused is not None:
+                self._pass(folder, f"refused: {refused}", always=True)
+                continue
             if _exported_already(folder):
                 self._pass(folder, "exported already (its follow ended complete); not read again")
                 continue
@@ -197,7 +204,7 @@ class LogsDirectory:
             if why is not None:
                 self._pass(folder, why)
                 continue
-            if not folder.database.is_file():
+            if not folder.has_database():
                 continue  # starting: its database comes soon
             job = FollowJob(folder, self.exporter, self.settings, self.stop, self.finish)
             try:
@@ -208,7 +215,7 @@ class LogsDirectory:
                     self.watcher.notice("elsewhere", f"follow {folder.name}: skipped: {exc}")
                 continue
             except (FollowError, OSError) as exc:
-                self._pass(folder, f"cannot be followed: {exc}")
+                self._pass(folder, f"cannot be followed: {exc}", always=True)
                 continue
             self.elsewhere.pop(root, None)
             self.jobs[root] = job.start()
@@ -234,9 +241,10 @@ class LogsDirectory:
         for root in [r for r in self.passed if not r.exists()]:
             del self.passed[root]
 
-    def _pass(self, folder: RunFolder, why: str) -> None:
+    def _pass(self, folder: RunFolder, why: str, *, always: bool = False) -> None:
+        """Pass the run over, saying why once (``always``: even without progress lines)."""
         self.passed[folder.root] = why
-        self.watcher.notice("passed", f"follow {folder.name}: {why}")
+        self.watcher.notice("refused" if always else "passed", f"follow {folder.name}: {why}")
 
     def serve(self) -> None:
         """Look for runs every ``runs_poll_interval`` seconds until ``stop``; then wait for

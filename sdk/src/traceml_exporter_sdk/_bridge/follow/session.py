@@ -135,8 +135,11 @@ def wait_for_run(
     while True:
         if root.exists() and not root.is_dir():
             raise RunNotFoundError(f"{root} is not a folder")
+        refused = folder.unsafe()
+        if refused is not None:
+            raise RunNotFoundError(f"{root}: {refused}")
         has_manifest = folder.manifest() is not None
-        if has_manifest and folder.database.is_file():
+        if has_manifest and folder.has_database():
             return folder
         ended = ended_without_telemetry(folder)
         if ended is not None:

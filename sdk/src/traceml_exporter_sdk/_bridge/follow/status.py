@@ -7,15 +7,13 @@ plain dict taken under the status' lock, so a reader never sees half a change.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
+from ..._export import run_files
 
 __all__ = [
     "ENDED",
@@ -189,25 +187,20 @@ def progress_line(status: Mapping[str, Any]) -> str:
     return f"follow {name}: {what}; {figures}"
 
 
-def write_status(path: Path, status: Mapping[str, Any]) -> str | None:
-    """Write ``status.json`` atomically; the error text, or None."""
-    return write_json(path, status)
+def write_status(path: Path, status: Mapping[str, Any], *, root: Path | None = None) -> str | None:
+    """Write ``status.json`` atomically, readable by its owner only; the error text, or None."""
+    return write_json(path, status, root=root)
 
 
-def write_json(path: Path, data: Mapping[str, Any]) -> str | None:
-    """Write ``data`` as indented JSON atomically (a temp file, fsync, rename), so a reader
-    or a crash sees the old file or the new one whole; the error text, or None. Only the
-    file's own folder is made: a run folder deleted under the follower stays deleted."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+def write_json(path: Path, data: Mapping[str, Any], *, root: Path | None = None) -> str | None:
+    """Write ``data`` as indented JSON atomically, mode 0600, through no link under the run
+    folder ``root`` (``run_files.write_json``); the error text, or None. A file of
+    ``aggregator/follow/`` has its run folder found from its path when ``root`` is not
+    given. The run folder itself is never made: one deleted under the follower stays so."""
+    if root is None and path.parent.name == "follow" and path.parent.parent.name == "aggregator":
+        root = path.parents[2]
     try:
-        path.parent.mkdir(exist_ok=True)
-        with open(tmp, "wb") as fh:
-            fh.write(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        run_files.write_json(path, data, root=root)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         return f"could not write {path}: {exc.strerror or exc}"
     return None

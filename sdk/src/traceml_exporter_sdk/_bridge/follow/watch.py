@@ -22,7 +22,7 @@ __all__ = ["STATUS_INTERVAL_S", "Notice", "OnEvent", "OnStatus", "Watched", "Wat
 STATUS_INTERVAL_S = 5.0
 """How often ``status.json`` is rewritten while nothing changes."""
 
-NoticeKind = Literal["metrics", "waiting", "passed", "elsewhere"]
+NoticeKind = Literal["metrics", "waiting", "passed", "refused", "elsewhere"]
 
 
 @dataclass(frozen=True)
@@ -97,4 +97,4 @@ class Watcher:
         if changed or final or now - self._saved.get(root, -1e9) >= STATUS_INTERVAL_S:
             self._saved[root] = now
             if job.error is None or not isinstance(job.error, RunLockedError):
-                write_status(job.folder.status_path, snapshot)
+                write_status(job.folder.status_path, snapshot, root=root)

@@ -183,7 +183,7 @@ def _on_event(progress: bool) -> Any:
     or followed elsewhere with the progress lines."""
 
     def on_event(notice: Notice) -> None:
-        if progress or notice.kind in ("metrics", "waiting"):
+        if progress or notice.kind in ("metrics", "waiting", "refused"):
             _stderr_line(notice.line)
 
     return on_event

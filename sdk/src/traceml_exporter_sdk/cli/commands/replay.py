@@ -229,7 +229,7 @@ def _lock_own_run(database: Path, value: str | None) -> tuple[Path, RunLock] | N
     Raises:
         CliError: a follower has the run (exit 8).
     """
-    from ..._bridge.follow import RunFolder, RunLock, RunLockedError
+    from ..._bridge.follow import FollowError, RunFolder, RunLock, RunLockedError
 
     if value is None:
         return None
@@ -243,6 +243,8 @@ def _lock_own_run(database: Path, value: str | None) -> tuple[Path, RunLock] | N
         return folder.root, RunLock(folder.lock_path).acquire()
     except RunLockedError as exc:
         raise CliError(str(exc), EXIT_LOCKED) from None
+    except FollowError as exc:
+        raise CliError(str(exc), EXIT_INPUT) from None
     except OSError as exc:
         raise CliError(f"cannot lock {folder.lock_path}: {reason(exc)}", EXIT_INPUT) from None
 

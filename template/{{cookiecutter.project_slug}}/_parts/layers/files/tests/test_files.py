@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from traceml_exporter_example._files import append_line, replacing, write_atomically
+from traceml_exporter_example._files import (
+    append_line,
+    export_folder,
+    open_append,
+    refuse_link,
+    replacing,
+    write_atomically,
+)
 
 
 @pytest.fixture
@@ -78,3 +85,49 @@ def test_replacing_without_durable_renames_without_fsync(tmp_path: Path, synced:
         tmp.write_bytes(b"new")
     assert path.read_bytes() == b"new"
     assert synced == []
+
+
+# -- a run folder other users write: no planted link is followed ---------------------
+
+
+def test_export_folder_refuses_a_link_where_a_folder_should_be(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "run" / "aggregator").mkdir(parents=True)
+    (tmp_path / "run" / "aggregator" / "export").symlink_to(elsewhere)
+    with pytest.raises(OSError, match="link"):
+        export_folder(tmp_path / "run" / "aggregator" / "export")
+    (tmp_path / "run2").mkdir()
+    (tmp_path / "run2" / "aggregator").symlink_to(elsewhere)
+    with pytest.raises(OSError, match="link"):
+        export_folder(tmp_path / "run2" / "aggregator" / "export")
+    assert list(elsewhere.iterdir()) == []
+    made = export_folder(tmp_path / "run3" / "aggregator" / "export")
+    assert made.is_dir()
+
+
+def test_no_file_is_appended_or_replaced_through_a_planted_link(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "receipt.jsonl").symlink_to(victim)
+    with pytest.raises(OSError, match="symbolic link"):
+        append_line(export / "receipt.jsonl", "{}")
+    with pytest.raises(OSError, match="symbolic link"):
+        open_append(export / "receipt.jsonl")
+    (export / ".summary.json.tmp").symlink_to(victim)  # the old, predictable temp name
+    write_atomically(export / "summary.json", b"new")
+    assert victim.read_bytes() == b"precious"
+    assert (export / "summary.json").read_bytes() == b"new"
+    with pytest.raises(OSError, match="link"):
+        refuse_link(export / "receipt.jsonl")
+
+
+def test_temporary_names_are_unpredictable(tmp_path: Path) -> None:
+    names = set()
+    for _ in range(2):
+        with replacing(tmp_path / "part.parquet") as tmp:
+            names.add(tmp.name)
+            tmp.write_bytes(b"x")
+    assert len(names) == 2

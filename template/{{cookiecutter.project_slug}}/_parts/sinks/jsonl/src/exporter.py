@@ -32,7 +32,7 @@ from typing import IO, Any
 import orjson
 
 from ._contract import ExporterContext, ExportRecord, permanent, record_data
-from ._files import write_atomically
+from ._files import export_folder, open_append, write_atomically
 from ._lifecycle import Lifecycle
 
 __all__ = ["SUMMARY_FILE", "ExampleExporter", "encode_line", "make_exporter"]
@@ -66,7 +66,7 @@ class ExampleExporter(Lifecycle):
         """Create the export folder and open one file per selected stream."""
         with self._opening():
             self._files = {}
-            self.export_dir.mkdir(parents=True, exist_ok=True)
+            export_folder(self.export_dir)  # no planted link, no other user's folder
             for stream in self.streams:
                 self._file(stream)
 
@@ -100,7 +100,7 @@ class ExampleExporter(Lifecycle):
                 raise permanent(ValueError(f"record STREAM {stream!r} is not a plain name"))
             path = self.export_dir / f"{stream}.jsonl"
             _cut_torn_line(path)
-            handle = files[stream] = open(path, "ab")  # noqa: SIM115
+            handle = files[stream] = open_append(path)
             self._written.setdefault(stream, 0)
         return handle
 
@@ -124,9 +124,10 @@ def _cut_torn_line(path: Path) -> None:
     """Drop a last line a kill or a full disk cut off (no trailing ``\\n``), so the next
     line appended does not continue it; every flushed line ends with ``\\n`` and stays."""
     try:
-        handle = open(path, "r+b")  # noqa: SIM115 - closed below
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
     except FileNotFoundError:
         return
+    handle = os.fdopen(fd, "r+b")
     with handle:
         end = position = handle.seek(0, os.SEEK_END)
         keep = 0

@@ -47,7 +47,7 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ._files import fsync_path, replacing
+from ._files import fsync_path, refuse_link, replacing
 from ._parquet_arrow import dictionary_columns, statistics_columns
 
 __all__ = ["PART_GLOB", "ExportDirLock", "SinkError", "StreamFolder", "list_parts"]
@@ -154,12 +154,14 @@ class StreamFolder:
     def prepare(self) -> None:
         """Adopt the stream's link (or make the first generation); drop what a crash left."""
         with _sink_errors(self.link):
+            refuse_link(self.store)  # it is emptied below: never another folder
             if self.link.is_symlink():
                 target = Path(os.readlink(self.link))
                 match = _GENERATION.match(target.name)
                 if target.parent.name != self.store.name or match is None:
                     raise SinkError(f"{self.link}: links to {target}, not to a generation of it")
                 self._generation = int(match.group(1))
+                refuse_link(self.current)
             elif self.link.exists():
                 raise SinkError(
                     f"{self.link}: exists and is not this exporter's generation link; move it aside"

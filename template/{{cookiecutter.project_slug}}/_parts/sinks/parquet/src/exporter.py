@@ -54,7 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from ._contract import ExporterContext, ExportRecord, kept_columns, permanent
-from ._files import write_atomically
+from ._files import export_folder, write_atomically
 from ._lifecycle import Lifecycle
 from ._parquet_arrow import stream_schema, to_arrow
 from ._parquet_layout import CLOSE_GRACE_S, ExportDirLock, SinkError, StreamFolder
@@ -139,7 +139,7 @@ class ExampleExporter(Lifecycle):
         """
         with self._opening():
             try:
-                self.export_dir.mkdir(parents=True, exist_ok=True)
+                export_folder(self.export_dir)  # no planted link, no other user's folder
                 self._lock.acquire()
             except SinkError:
                 raise

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ._contract import ExporterContext, ExportRecord, kept_columns, permanent
+from ._files import export_folder, refuse_link
 from ._lifecycle import Lifecycle
 
 __all__ = [
@@ -111,7 +112,9 @@ class ExampleExporter(Lifecycle):
     def open(self) -> None:
         """Create the folder and connect: WAL journal, full sync on commit."""
         with self._opening():
-            self.database.parent.mkdir(parents=True, exist_ok=True)
+            export_folder(self.database.parent)  # no planted link, no other user's folder
+            for suffix in ("", "-wal", "-shm"):  # SQLite would follow one
+                refuse_link(self.database.with_name(self.database.name + suffix))
             # isolation_level=None: no implicit transactions; BEGIN and COMMIT are explicit.
             self._conn = sqlite3.connect(self.database, isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
