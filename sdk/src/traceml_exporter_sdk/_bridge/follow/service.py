@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from ..._export.shown import shown
 from ...context import ExporterContext
 from ...worker import ExportWorker
 from ..sqlite_source import SqliteSource
@@ -152,8 +153,9 @@ class Reporter:
         self._saved: dict[Path, float] = {}
 
     def note(self, line: str) -> None:
+        """A line of the service's own; what it quotes of a run folder is escaped."""
         if self.interval > 0:
-            self.write(line)
+            self.write(shown(line))
 
     def tick(self, job: FollowJob, *, final: bool = False) -> None:
         """A progress line when the state changed or the interval passed; the status file

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..._export.shown import shown
 from ...streams import DEFAULT_EXPORT_STREAMS, EXPORT_STREAM_NAMES
 from ..errors import CliError, error_line
 from ..exit_codes import (
@@ -406,7 +407,7 @@ def _follow_logs_dir(
         for job in jobs
         if (code := codes.get(name := job.folder.name, EXIT_OK)) != EXIT_OK
     ]
-    out.write("\n".join(lines) + "\n")
+    out.write("\n".join(map(shown, lines)) + "\n")
     code = worst(list(codes.values()))
     if code != EXIT_OK:
         return code

@@ -1,0 +1,159 @@
+"""``follow --logs-dir`` over a logs folder that other users write, tried as they would
+attack it: any bytes in a run folder's name, control characters in a manifest, a manifest
+too big to read, a secret in the exporter's error text (issue 41). Each run here is a
+real ``follow`` process against ``writer050``'s 0.5.0 database; the units that escape,
+bound and redact are tested on their own in ``tests/runtime/test_hostile_text.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from child_env import child_env
+from follow_files import status
+from follow_helpers import FAILING, FAST, exported
+from waiting import wait_for
+from writer050 import Writer050, step_records
+
+HOSTILE = b"evil\xff\xfe\n\x1b[2K\rfollow run1: done: forged\x07"
+"""Not UTF-8, a newline, ANSI escapes and a bell: a name that forged lines and stopped
+``--logs-dir`` (exit 70, ``str is not valid UTF-8``) before issue 41."""
+
+
+def service(logs: Path, *args: str, spec: str = "jsonl", **env: str) -> subprocess.Popen[bytes]:
+    """``follow --logs-dir logs``, its output kept as bytes (a name need not be UTF-8)."""
+    command = [sys.executable, "-m", "traceml_exporter_sdk.cli", "follow", spec,
+               "--logs-dir", str(logs), "--streams", "all", *FAST, "--runs-poll-interval",
+               "0.2", *args]  # fmt: skip
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env([FAILING.parent], **env),
+    )
+
+
+def stop(process: subprocess.Popen[bytes]) -> tuple[int, bytes, bytes]:
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    return process.returncode, out, err
+
+
+def steps(root: Path) -> Counter[int]:
+    return Counter(line["step"] for line in exported(root).get("step_time", []))
+
+
+def written(run: Writer050, count: int) -> None:
+    for start in range(0, count, 25):
+        run.flush(step_records(start, 25, observed=start + 1))
+    run.close()
+
+
+def assert_lines_are_plain(text: bytes) -> list[str]:
+    """Each line is UTF-8 without a control character: nothing forged, nothing to stop a
+    terminal or a log shipper."""
+    lines = text.decode("utf-8").splitlines()
+    for line in lines:
+        assert line.isprintable(), repr(line)
+    return lines
+
+
+def test_a_run_folder_of_any_bytes_is_followed_and_shown_escaped(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    good = Writer050(logs / "run1", session_id="run1")
+    bad = Writer050(Path(os.fsdecode(bytes(logs) + b"/" + HOSTILE)), session_id="run2")
+    written(good, 100)
+    written(bad, 50)
+    follower = service(logs, "--progress-interval", "0.3")
+    ended = (good.root, bad.root)
+    wait_for(lambda: follower.poll() is not None or all(status(r).get("end") for r in ended))
+    assert follower.poll() is None, follower.communicate()
+    time.sleep(0.5)  # a progress line or two more, each escaped
+    code, out, err = stop(follower)
+    assert code == 0, (out, err)
+    assert set(steps(good.root)) == set(range(100))
+    assert set(steps(bad.root)) == set(range(50)), "the hostile run was not exported"
+    lines = assert_lines_are_plain(err) + assert_lines_are_plain(out)
+    shown = "evil\\xff\\xfe\\n\\x1b[2K\\rfollow run1: done: forged\\x07"
+    assert any(line.startswith(f"follow {shown}: ") for line in lines), lines
+    assert not any(line.startswith("follow run1: done: forged") for line in lines)
+    saved = json.loads((bad.root / "aggregator" / "follow" / "status.json").read_bytes())
+    assert saved["run"].endswith("/" + shown)
+
+
+def test_manifest_values_cannot_forge_lines(tmp_path: Path) -> None:
+    """A run that ended without a database is named with what its manifest says."""
+    logs = tmp_path / "logs"
+    root = logs / "run1"
+    root.mkdir(parents=True)
+    manifest = {
+        "session_id": "s",
+        "status": "failed\n\x1b[31mfollow run2: exported 1,000,000",
+        "telemetry_status": "failed\r\x1b]0;title\x07",
+        "aggregator_exit_code": 1,
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    follower = service(logs, "--progress-interval", "0.3")
+    time.sleep(2)
+    assert follower.poll() is None, follower.communicate()
+    code, out, err = stop(follower)
+    assert code == 0, (out, err)
+    lines = assert_lines_are_plain(err)
+    said = [line for line in lines if line.startswith("follow run1: ")]
+    assert len(said) == 1, lines
+    assert "failed\\n\\x1b[31mfollow run2" in said[0]
+    assert not any(line.startswith("follow run2") for line in lines)
+
+
+SECRET = "pa55-W0rd-in-the-url"
+QUOTED = (
+    f"could not connect to postgresql://trainer:{SECRET}@db.internal:5432/runs "
+    f"(host=db.internal user=trainer password={SECRET} sslmode=require)"
+)
+
+
+def session(root: Path, *args: str, spec: str = "jsonl", **env: str) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "traceml_exporter_sdk.cli", "follow", spec,
+               "--session-root", str(root), "--streams", "all", *FAST, *args]  # fmt: skip
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env([FAILING.parent], **env),
+    )
+
+
+def test_a_secret_in_the_exporters_error_is_kept_nowhere(tmp_path: Path) -> None:
+    """The exporter's error quotes its URL and conninfo with the password: neither the
+    status, the warning file, the summary, stderr nor the progress lines keep it. The run
+    folder's name is hostile too: a failed follow's summary and warning file name it."""
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/" + HOSTILE))
+    run = Writer050(root, session_id="run1")
+    written(run, 50)
+    follower = session(root, "--progress-interval", "0.2", "--max-outage", "1",
+                       "--retry-max-interval", "0.2", spec="failing_exporter:make_exporter",
+                       FAIL_MESSAGE=QUOTED)  # fmt: skip
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 4, (out, err)  # the sink stayed down past --max-outage
+    state = root / "aggregator" / "follow"
+    kept = {
+        "stdout": out,
+        "stderr": err,
+        "status.json": (state / "status.json").read_bytes(),
+        "finalization_warning.json": (state / "finalization_warning.json").read_bytes(),
+    }
+    for where, text in kept.items():
+        assert SECRET.encode() not in text, where
+    assert b"postgresql://trainer:***@db.internal:5432/runs" in kept["status.json"]
+    assert b"password=***" in kept["finalization_warning.json"]
+    assert b"SINK DOWN" in err
+    assert b"trainer:***@" in err
+    assert_lines_are_plain(out)
+    assert_lines_are_plain(err)
+    json.loads(kept["finalization_warning.json"])
