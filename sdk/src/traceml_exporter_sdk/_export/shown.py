@@ -8,10 +8,10 @@ manifest any text. ``shown`` is applied wherever such text is printed or written
 progress and summary lines, ``status.json`` and ``/metrics`` labels. What it gives is
 printable UTF-8 that round-trips by the rules below:
 
-* a byte that is not UTF-8 -> ``\\xNN`` (``\\xff``);
+* a byte that is not UTF-8 -> ``\\xNN`` (``\\xff``: always 80 to ff);
 * ``\\n``, ``\\r``, ``\\t`` -> themselves escaped; any other character that is not
-  printable (controls such as ESC, line separators, format characters) -> ``\\xNN``,
-  ``\\uNNNN`` or ``\\UNNNNNNNN`` by its code point;
+  printable -> ``\\xNN`` for an ASCII control (ESC is ``\\x1b``), else ``\\uNNNN`` or
+  ``\\UNNNNNNNN`` by its code point (line separators, format characters, C1 controls);
 * a backslash -> ``\\\\``, so an escape in the output was never in the input.
 """
 
@@ -38,7 +38,7 @@ def _escaped(char: str) -> str:
     code = ord(char)
     if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
         return f"\\x{code - 0xDC00:02x}"
-    if code <= 0xFF:
+    if code < 0x80:
         return f"\\x{code:02x}"
     if code <= 0xFFFF:
         return f"\\u{code:04x}"
