@@ -157,3 +157,26 @@ def test_a_secret_in_the_exporters_error_is_kept_nowhere(tmp_path: Path) -> None
     assert_lines_are_plain(out)
     assert_lines_are_plain(err)
     json.loads(kept["finalization_warning.json"])
+
+
+def test_a_manifest_over_the_bound_is_refused_for_its_run_alone(tmp_path: Path) -> None:
+    """A 100 MB manifest (sparse: it costs no disk) beside a run of its own: one line
+    names it, once; the other run is exported whole."""
+    logs = tmp_path / "logs"
+    good = Writer050(logs / "run1", session_id="run1")
+    big = Writer050(logs / "run2", session_id="run2")
+    written(good, 50)
+    written(big, 50)
+    os.truncate(big.root / "manifest.json", 100 * 2**20)
+    follower = service(logs, "--progress-interval", "0.3")
+    wait_for(lambda: follower.poll() is not None or status(good.root).get("end") == "complete")
+    time.sleep(2.5)  # a few looks more
+    code, out, err = stop(follower)
+    assert code == 0, (out, err)
+    assert set(steps(good.root)) == set(range(50))
+    said = [line for line in assert_lines_are_plain(err) if line.startswith("follow run2")]
+    assert said == [
+        "follow run2: not followed: its manifest.json is 104,857,600 bytes, over the bound "
+        "of 1,048,576 (TraceML writes under 2 KiB)"
+    ]
+    assert not steps(big.root)

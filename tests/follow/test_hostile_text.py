@@ -142,3 +142,22 @@ def test_what_is_kept_beside_the_mask_names_the_place() -> None:
     said = redacted("could not connect to postgresql://trainer:hunter2@db:5432/runs")
     assert said == "could not connect to postgresql://trainer:***@db:5432/runs"
     assert redacted("host=db password='a b\\' c' dbname=x") == "host=db password='***' dbname=x"
+
+
+def test_a_manifest_over_the_bound_is_never_read_whole(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from traceml_exporter_sdk._bridge.follow.run import MANIFEST_MAX_BYTES, RunFolder
+
+    folder = RunFolder.at(tmp_path)
+    with open(folder.manifest_path, "wb") as fh:
+        fh.write(b'{"session_id": "s", "pad": "')
+    os.truncate(folder.manifest_path, 100 * 2**20)
+    tracemalloc.start()
+    try:
+        assert folder.manifest() is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MANIFEST_MAX_BYTES + 2**16, peak
+    assert "104,857,600 bytes" in (folder.manifest_refused() or "")

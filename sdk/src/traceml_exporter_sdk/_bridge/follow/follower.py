@@ -123,6 +123,9 @@ class Follower:
         Raises:
             FollowError: the bookmark is of another run, unreadable, or ahead of the database.
         """
+        refused = self.folder.manifest_refused()
+        if refused is not None:
+            raise FollowError(refused)
         manifest = self.folder.manifest() or {}
         self.ledger.identity = self.folder.identity(manifest)
         try:

@@ -16,6 +16,7 @@ import orjson
 
 __all__ = [
     "DATABASE",
+    "MANIFEST_MAX_BYTES",
     "STATE_DIR",
     "FollowError",
     "RunFolder",
@@ -27,6 +28,9 @@ __all__ = [
 DATABASE = Path("aggregator") / "telemetry"
 STATE_DIR = Path("aggregator") / "follow"
 MANIFEST = "manifest.json"
+MANIFEST_MAX_BYTES = 1 << 20
+"""The largest ``manifest.json`` read: TraceML's is under 2 KiB; a bigger one is refused
+for its run, never read whole (one user's folder must not cost the node's follower)."""
 
 
 class FollowError(Exception):
@@ -77,12 +81,30 @@ class RunFolder:
         return self.state_dir / "lock"
 
     def manifest(self) -> dict[str, Any] | None:
-        """The manifest as TraceML last wrote it; None while it is missing or mid-write."""
+        """The manifest as TraceML last wrote it; None while it is missing or mid-write,
+        or over ``MANIFEST_MAX_BYTES`` (``manifest_refused`` says so)."""
         try:
-            data = orjson.loads(self.manifest_path.read_bytes())
+            with open(self.manifest_path, "rb") as fh:
+                text = fh.read(MANIFEST_MAX_BYTES + 1)
+            if len(text) > MANIFEST_MAX_BYTES:
+                return None
+            data = orjson.loads(text)
         except (OSError, orjson.JSONDecodeError):
             return None
         return data if type(data) is dict else None
+
+    def manifest_refused(self) -> str | None:
+        """Why the manifest is not read (over ``MANIFEST_MAX_BYTES``), or None."""
+        try:
+            size = self.manifest_path.stat().st_size
+        except OSError:
+            return None
+        if size <= MANIFEST_MAX_BYTES:
+            return None
+        return (
+            f"not followed: its manifest.json is {size:,} bytes, over the bound of "
+            f"{MANIFEST_MAX_BYTES:,} (TraceML writes under 2 KiB)"
+        )
 
     def identity(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """What tells this run from another in the same folder."""

@@ -235,6 +235,10 @@ class LogsDirectory:
             root = folder.root
             if root in self.jobs or root in self.passed:
                 continue
+            refused = folder.manifest_refused()
+            if refused is not None:
+                self._pass(folder, refused)
+                continue
             if _exported_already(folder):
                 self._pass(folder, "exported already (its follow ended complete); not read again")
                 continue
