@@ -431,7 +431,7 @@ class Follower:
                     # rows come in id order, which is the order TraceML received them
                     oldest = records[0].observed_timestamp_unix_ns if records else None
                     self.ledger.mark(source, self._clock(), oldest)
-                if rows >= PAGE_ROWS:
+                if rows >= PAGE_ROWS or source.page_cut:
                     unfinished.append(plan)
             plans = unfinished
             if plans and (self._clock() >= deadline or self.stop.is_set()):
