@@ -49,10 +49,11 @@ def steps(root: Path) -> Counter[int]:
     return Counter(line["step"] for line in exported(root).get("step_time", []))
 
 
-def written(run: Writer050, count: int) -> None:
+def written(run: Writer050, count: int, *, end: bool = True) -> None:
     for start in range(0, count, 25):
         run.flush(step_records(start, 25, observed=start + 1))
-    run.close()
+    if end:
+        run.close()
 
 
 def assert_lines_are_plain(text: bytes) -> list[str]:
@@ -69,13 +70,18 @@ def test_a_run_folder_of_any_bytes_is_followed_and_shown_escaped(tmp_path: Path)
     good = Writer050(logs / "run1", session_id="run1")
     bad = Writer050(Path(os.fsdecode(bytes(logs) + b"/" + HOSTILE)), session_id="run2")
     written(good, 100)
-    written(bad, 50)
+    written(bad, 50, end=False)  # still running at the stop: its warning file names it
     follower = service(logs, "--progress-interval", "0.3")
-    ended = (good.root, bad.root)
-    wait_for(lambda: follower.poll() is not None or all(status(r).get("end") for r in ended))
+    wait_for(
+        lambda: (
+            follower.poll() is not None
+            or (status(good.root).get("end") and status(bad.root).get("exported_total") == 50)
+        )
+    )
     assert follower.poll() is None, follower.communicate()
     time.sleep(0.5)  # a progress line or two more, each escaped
     code, out, err = stop(follower)
+    bad.disconnect()
     assert code == 0, (out, err)
     assert set(steps(good.root)) == set(range(100))
     assert set(steps(bad.root)) == set(range(50)), "the hostile run was not exported"
@@ -85,6 +91,9 @@ def test_a_run_folder_of_any_bytes_is_followed_and_shown_escaped(tmp_path: Path)
     assert not any(line.startswith("follow run1: done: forged") for line in lines)
     saved = json.loads((bad.root / "aggregator" / "follow" / "status.json").read_bytes())
     assert saved["run"].endswith("/" + shown)
+    assert saved["end"] == "interrupted"
+    warning = json.loads((bad.root / "aggregator/follow/finalization_warning.json").read_bytes())
+    assert warning["follow"]["bookmark"].endswith(f"/{shown}/aggregator/follow/bookmark.json")
 
 
 def test_manifest_values_cannot_forge_lines(tmp_path: Path) -> None:

@@ -48,6 +48,7 @@ import apsw
 import orjson
 
 from .._build.projection import TABLE_RECORDS
+from .._export.shown import shown
 from ..records import RECORD_TYPES, Record
 from .sqlite_pages import ByteBounds, PageQueries, page_queries, read_bounded
 from .sqlite_rows import RowConverter
@@ -271,7 +272,7 @@ def mark_partial(session_root: Path, reason: str, rows_read: int, rows_total: in
     return add_warning_block(
         session_root,
         "backfill",
-        {"partial": True, "error": reason, "rows_read": rows_read, "rows_total": rows_total},
+        {"partial": True, "error": shown(reason), "rows_read": rows_read, "rows_total": rows_total},
     )
 
 

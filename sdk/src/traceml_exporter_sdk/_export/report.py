@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 import orjson
 
+from .shown import shown
+
 __all__ = [
     "LOG",
     "WARNING_FILE",
@@ -74,7 +76,7 @@ class ExportReport:
             "exporter": self.exporter,
             "exporter_failed": self.exporter_failed,
             "failed_method": self.failure.method if self.failure else None,
-            "error": self.failure.error if self.failure else None,
+            "error": shown(self.failure.error) if self.failure else None,
             "admitted_records": self.admitted_records,
             "failed_records": self.failed_records,
             "dropped_batches": self.dropped_batches,

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any, TextIO
 
+from .._export.shown import shown
 from .errors import error_line
 from .exit_codes import (
     EXIT_EXPORT,
@@ -100,7 +101,7 @@ def leave_the_truth(result: FollowResult, folder: RunFolder, message: str) -> No
         "rows_read": source.rows_read,
         "pruned_rows": source.pruned,
         "skipped_rows": skipped,
-        "bookmark": str(folder.bookmark_path) if folder.bookmark_path.exists() else None,
+        "bookmark": shown(str(folder.bookmark_path)) if folder.bookmark_path.exists() else None,
         "bookmark_error": result.bookmark_error,
         "exporter_failures": result.exporter_failures,
         "resent_records": result.resent_records,
