@@ -29,7 +29,7 @@ _PARAMETER = re.compile(
     r"""(?P<secret>"(?:[^"\\]|\\.)*"?|'(?:[^'\\]|\\.)*'?|[^\s&;,'"}\])]+)""",
     re.IGNORECASE,
 )
-_BEARER = re.compile(r"(?P<head>\b(?:Bearer|Basic)\s+)(?P<secret>[A-Za-z0-9._~+/=\-]+)")
+_BEARER = re.compile(r"(?P<head>\b(?:Bearer|Basic)\s+)(?P<secret>[^\s\"',;]+)")
 
 
 def redacted(text: str) -> str:
