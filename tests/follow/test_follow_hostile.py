@@ -189,3 +189,16 @@ def test_a_manifest_over_the_bound_is_refused_for_its_run_alone(tmp_path: Path) 
         "of 1,048,576 (TraceML writes under 2 KiB)"
     ]
     assert not steps(big.root)
+
+
+def test_one_run_with_a_manifest_over_the_bound_is_refused_at_once(tmp_path: Path) -> None:
+    run = Writer050(tmp_path / "run1")
+    written(run, 25)
+    os.truncate(run.root / "manifest.json", 100 * 2**20)
+    started = time.monotonic()
+    follower = session(run.root, "--wait", "60")
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 3, (out, err)  # bad input
+    assert time.monotonic() - started < 20, "it waited for a manifest it will not read"
+    assert err.count(b"\n") == 1, err
+    assert b"manifest.json is 104,857,600 bytes, over the bound" in err

@@ -152,7 +152,7 @@ def wait_for_run(root: Path, wait: float, stop: threading.Event | None = None) -
         has_manifest = folder.manifest() is not None
         if has_manifest and folder.database.is_file():
             return folder
-        ended = ended_without_telemetry(folder)
+        ended = ended_without_telemetry(folder) or folder.manifest_refused()
         if ended is not None:
             raise CliError(f"--session-root {root}: {ended}; nothing to follow", EXIT_INPUT)
         if not has_manifest and not folder.manifest_path.exists():
