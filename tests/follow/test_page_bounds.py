@@ -194,3 +194,21 @@ def test_peak_memory_stays_bounded_by_the_page_not_the_rows(tmp_path: Path) -> N
     grown_mb = (after - before) / 1024
     assert grown_mb < 3 * 64, f"peak grew by {grown_mb:.0f} MiB reading pages of 64 MiB"
     os.unlink(path)
+
+
+def test_the_connections_value_limit_is_as_it_was_after_a_page(
+    tmp_path: Path, bounds: tuple[int, int]
+) -> None:
+    """A page's limit (a few bytes a value here) is lifted after it: the table plans
+    and the lag's statements read longer names on the same connection."""
+    import apsw
+    from traceml_exporter_sdk._bridge.sqlite_source import plan_tables
+
+    path = database(tmp_path / "db", [(0, "a" * 100), (0, "b")])
+    source = open_database(path, ("stdout_stderr",))
+    assert isinstance(source.connection, apsw.Connection)
+    before = source.connection.limit(apsw.SQLITE_LIMIT_LENGTH, -1)
+    assert [lines for _rows, lines, _cut in pages(source)] == [["a" * 100, "b"]]
+    assert source.connection.limit(apsw.SQLITE_LIMIT_LENGTH, -1) == before
+    source.missing.append("step_time_samples")
+    plan_tables(source, ("stdout_stderr", "step_time"))  # PRAGMA table_info: long names

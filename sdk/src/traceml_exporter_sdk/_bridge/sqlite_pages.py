@@ -170,35 +170,43 @@ def read_bounded(
     """The rows after id ``after``, at most ``limit`` of them and ``bounds.page`` bytes
     (the first row always), each at most ``bounds.row`` bytes.
 
+    The connection's value limit is as it was after (other statements on it, such as
+    the table plans, read longer text than a page's values may hold).
+
     Raises:
         apsw.Error, sqlite3.DatabaseError: SQLite failed while reading.
     """
-    values = max(1, queries.values)
-    small = min(bounds.row, bounds.page // max(1, limit)) // values
-    if queries.octet and _limit_values(connection, small):
-        try:
-            return _plain(connection, queries, after, limit)
-        except _TOO_BIG:
-            pass
-    if queries.octet:
-        _limit_values(connection, bounds.row)
+    before = _limit_values(connection, -1) if queries.octet else None  # -1: only asks
     try:
-        return _sized(connection, queries, after, limit, bounds)
-    except (_OversizedError, *_TOO_BIG):
-        return _careful(connection, queries, after, limit, bounds)
+        values = max(1, queries.values)
+        small = min(bounds.row, bounds.page // max(1, limit)) // values
+        if before is not None and _limit_values(connection, max(1, small)) is not None:
+            try:
+                return _plain(connection, queries, after, limit)
+            except _TOO_BIG:
+                pass
+        if before is not None:
+            _limit_values(connection, bounds.row)
+        try:
+            return _sized(connection, queries, after, limit, bounds)
+        except (_OversizedError, *_TOO_BIG):
+            return _careful(connection, queries, after, limit, bounds)
+    finally:
+        if before is not None:
+            _limit_values(connection, before)
 
 
-def _limit_values(connection: Any, most: int) -> bool:
-    """No value over ``most`` bytes is loaded (apsw's ``limit``, sqlite3's ``setlimit``);
-    False when the connection cannot say so."""
+def _limit_values(connection: Any, most: int) -> int | None:
+    """Set the longest value SQLite loads (apsw's ``limit``, sqlite3's ``setlimit``;
+    a negative ``most`` leaves it): the limit it had, or None when the connection
+    cannot say."""
     setter = getattr(connection, "limit", None) or getattr(connection, "setlimit", None)
     if setter is None:
-        return False
+        return None
     try:
-        setter(apsw.SQLITE_LIMIT_LENGTH, max(1, most))
+        return int(setter(apsw.SQLITE_LIMIT_LENGTH, most))
     except Exception:
-        return False
-    return True
+        return None
 
 
 def _plain(connection: Any, queries: PageQueries, after: int, limit: int) -> Page:

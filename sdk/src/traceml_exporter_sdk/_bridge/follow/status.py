@@ -110,9 +110,10 @@ class RunStatus:
         return self.update(state="following")
 
     def snapshot(self) -> dict[str, Any]:
-        """The status now, its run folder and texts escaped (``shown``). While rows wait, the lag is aged to this moment (a follower
-        blocked by a hung sink cannot update it, and its lag must still grow); a call
-        running longer than ``stuck_after`` makes the state ``stuck``."""
+        """The status now, its run folder and texts escaped (``shown``). While rows wait,
+        the lag is aged to this moment (a follower blocked by a hung sink cannot update
+        it, and its lag must still grow); a call running longer than ``stuck_after``
+        makes the state ``stuck``."""
         probe = self.call
         running = probe() if probe is not None else None
         now = time.time()
