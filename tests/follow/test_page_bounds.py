@@ -212,3 +212,36 @@ def test_the_connections_value_limit_is_as_it_was_after_a_page(
     assert source.connection.limit(apsw.SQLITE_LIMIT_LENGTH, -1) == before
     source.missing.append("step_time_samples")
     plan_tables(source, ("stdout_stderr", "step_time"))  # PRAGMA table_info: long names
+
+
+def test_a_callers_sqlite3_connection_reads_the_same_within_the_same_bounds(
+    tmp_path: Path, bounds: tuple[int, int]
+) -> None:
+    """``open_database`` with the caller's own ``sqlite3`` connection (an SQLite that may
+    lack ``octet_length``, and whose values cannot be limited on Python 3.10): the same
+    records, the same rows skipped, as through apsw."""
+    from writer050 import corpus_records_050
+
+    run = Writer050(tmp_path / "run1")
+    for batch in corpus_records_050():
+        run.flush(batch)
+    assert run.connection is not None
+    run.connection.executemany(
+        f"INSERT INTO {LINES} (recv_ts_ns, rank, sample_ts_s, line) VALUES (1, ?, 1.5, ?)",
+        [(0, "z" * (64 * KIB)), ("r" * (20 * KIB), "x"), (0, "fits")],
+    )
+    run.close()
+    streams = tuple(RECORD_TYPE_BY_STREAM)
+
+    def read(source: SqliteSource) -> tuple[list[dict[str, object]], int]:
+        try:
+            return [r.to_dict() for b in source.batches() for r in b], source.skipped
+        finally:
+            source.close()
+
+    through_apsw = read(open_database(run.database, streams))
+    own = sqlite3.connect(f"{run.database.as_uri()}?mode=ro", uri=True, isolation_level=None)
+    through_sqlite3 = read(open_database(run.database, streams, own))
+    assert through_sqlite3 == through_apsw
+    assert through_apsw[1] == 2
+    assert through_apsw[0][-1]["line"] == "fits"
