@@ -19,16 +19,20 @@ __all__ = ["MASK", "redacted"]
 
 MASK = "***"
 
-_URL = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*):(?P<secret>[^\s/]*)@")
-_KEY = (
-    r"[\w.\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|access[_\-]?key"
-    r"|private[_\-]?key|credentials?|authorization)[\w.\-]*"
+_URL = re.compile(
+    r"(?P<head>(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*):(?P<secret>[^\s/]*)@"
+)
+_KEYWORDS = (
+    r"password|passwd|pwd|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key"
+    r"|credential|authorization"
 )
 _PARAMETER = re.compile(
-    rf"""(?P<head>(?P<quote>["']?){_KEY}(?P=quote)\s*[:=]\s*)"""
-    r"""(?P<secret>"(?:[^"\\]|\\.)*"?|'(?:[^'\\]|\\.)*'?|[^\s&;,'"}\])]+)""",
-    re.IGNORECASE,
+    rf"""(?P<head>(?P<quote>["']?)(?<![\w.\-])(?=[\w.\-]*?(?i:{_KEYWORDS}))"""
+    r"""[\w.\-]+(?![\w.\-])(?P=quote)\s*[:=]\s*)"""
+    r"""(?P<secret>"(?:[^"\\]|\\.)*"?|'(?:[^'\\]|\\.)*'?|[^\s&;,'"}\])]+)"""
 )
+"""``key = value`` where the key, a whole run of word characters (so that no input
+makes the search backtrack), holds one of ``_KEYWORDS``."""
 _BEARER = re.compile(r"(?P<head>\b(?:Bearer|Basic)\s+)(?P<secret>[^\s\"',;]+)")
 
 
