@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -43,6 +44,20 @@ def stop(process: subprocess.Popen[bytes]) -> tuple[int, bytes, bytes]:
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
     return process.returncode, out, err
+
+
+def read_until(process: subprocess.Popen[bytes], wanted: bytes, timeout: float = 30) -> bytes:
+    """What ``process`` wrote on stderr up to and with a line starting ``wanted``."""
+    assert process.stderr is not None
+    got = b""
+    deadline = time.monotonic() + timeout
+    while not any(line.startswith(wanted) for line in got.split(b"\n")[:-1]):
+        left = deadline - time.monotonic()
+        assert left > 0, got
+        assert process.poll() is None, got
+        if select.select([process.stderr], [], [], min(left, 0.5))[0]:
+            got += os.read(process.stderr.fileno(), 65536)
+    return got
 
 
 def steps(root: Path) -> Counter[int]:
@@ -109,11 +124,11 @@ def test_manifest_values_cannot_forge_lines(tmp_path: Path) -> None:
     }
     (root / "manifest.json").write_text(json.dumps(manifest))
     follower = service(logs, "--progress-interval", "0.3")
-    time.sleep(2)
-    assert follower.poll() is None, follower.communicate()
+    said = read_until(follower, b"follow run1: ")
+    time.sleep(1)  # a look or two more: named once
     code, out, err = stop(follower)
     assert code == 0, (out, err)
-    lines = assert_lines_are_plain(err)
+    lines = assert_lines_are_plain(said + err)
     said = [line for line in lines if line.startswith("follow run1: ")]
     assert len(said) == 1, lines
     assert "failed\\n\\x1b[31mfollow run2" in said[0]
