@@ -5,7 +5,8 @@ context it was given.
 nothing, so it has nothing to release. ``make_flaky``: the jsonl exporter whose first
 ``FAIL_INSTANCES`` instances on a folder raise in their Nth ``write`` (a sink outage
 that ends), or in ``open`` with ``FAIL_IN=open``; ``FAIL_PERMANENT=1`` marks the error
-permanent (a class attribute, as a sink package would, with nothing from the SDK).
+permanent (a class attribute, as a sink package would, with nothing from the SDK);
+``FAIL_MESSAGE`` is the error's text (a secret a real sink's error may quote).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ class SinkRefusedError(Exception):
 
 
 def _error() -> Exception:
+    said = os.environ.get("FAIL_MESSAGE")  # what a real sink's error may quote
     if os.environ.get("FAIL_PERMANENT") == "1":
-        return SinkRefusedError("the sink refused the credentials")
-    return SinkDownError("the sink went away")
+        return SinkRefusedError(said or "the sink refused the credentials")
+    return SinkDownError(said or "the sink went away")
 
 
 class FailingExporter:

@@ -51,6 +51,7 @@ from itertools import compress
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from ._export.redact import redacted
 from ._export.report import (
     WARNING_FILE,
     ExportFailure,
@@ -60,6 +61,7 @@ from ._export.report import (
     log_error,
     write_warning_file,
 )
+from ._export.shown import shown
 from .context import ExporterContext
 from .exporter import Exporter, is_permanent
 from .factory import FactoryFailure, call_factory, load_exporter
@@ -308,6 +310,7 @@ class ExportWorker:
         permanent: bool = False,
         error_type: type[BaseException] | None = None,
     ) -> None:
+        error = redacted(error)  # kept in status and warning files others may read
         self._failure = ExportFailure(method, error, permanent, error_type)
         self._exporter = None
         log_error(
@@ -315,7 +318,7 @@ class ExportWorker:
             "the loss is recorded in %s",
             self.label,
             method,
-            error,
+            shown(error),
             WARNING_FILE,
         )
 

@@ -36,6 +36,7 @@ was read (TraceML's history retention): such rows are counted as ``pruned``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 import stat
@@ -49,7 +50,9 @@ import orjson
 
 from .._build.projection import TABLE_RECORDS
 from .._export import run_files
+from .._export.shown import shown
 from ..records import RECORD_TYPES, Record
+from .sqlite_pages import ByteBounds, PageQueries, page_queries, read_bounded
 from .sqlite_rows import RowConverter
 
 __all__ = [
@@ -112,6 +115,8 @@ class TablePlan:
     rows: int
     query: str
     """``SELECT id, <columns> ... WHERE id > ? ORDER BY id LIMIT ?``."""
+    pages: PageQueries
+    """The same, bounded in bytes (``_bridge.sqlite_pages``): what ``read_page`` runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +150,10 @@ class SqliteSource:
     pruned: dict[str, int] = field(default_factory=dict)
     read: dict[str, int] = field(default_factory=dict)
     """Rows read per table."""
+    bounds: ByteBounds = field(default_factory=ByteBounds)
+    """The bytes a row and a page may hold; a row over is skipped, never loaded."""
+    page_cut: bool = False
+    """The last page ended on its byte bound (rows may follow at once)."""
     _converters: dict[str, RowConverter] = field(default_factory=dict)
 
     @property
@@ -174,27 +183,31 @@ class SqliteSource:
                 yield records
 
     def read_page(self, plan: TablePlan, size: int = PAGE_ROWS) -> tuple[int, list[Record]]:
-        """Read the next ``size`` rows of ``plan`` after ``last_id``: (rows read, records).
+        """Read the next ``size`` rows of ``plan`` after ``last_id``, and no more than
+        ``bounds`` allows: (rows read, records). A row over ``bounds.row`` is read as
+        skipped; ``page_cut`` says the page ended on ``bounds.page``.
 
-        One statement, fetched whole, so its read transaction ends here.
+        Its statements end here, so does their read transaction.
 
         Raises:
             BackfillError: SQLite failed while reading.
         """
         after = self.last_id.get(plan.table, 0)
         try:
-            rows = self.connection.execute(plan.query, (after, size)).fetchall()
+            page = read_bounded(self.connection, plan.pages, after, size, self.bounds)
         except DATABASE_ERRORS as exc:
             raise BackfillError(f"{self.path}: reading table {plan.table}: {exc}") from None
-        if not rows:
+        self.page_cut = page.cut
+        covered = page.covered
+        if not covered:
             return 0, []
-        last = rows[-1][0]
-        gap = last - after - len(rows)
+        last = page.last_id
+        gap = last - after - covered
         if gap:
             self.pruned[plan.table] = self.pruned.get(plan.table, 0) + gap
         self.last_id[plan.table] = last
-        self.rows_read += len(rows)
-        self.read[plan.table] = self.read.get(plan.table, 0) + len(rows)
+        self.rows_read += covered
+        self.read[plan.table] = self.read.get(plan.table, 0) + covered
         converter = self._converters.get(plan.stream)
         if converter is None:
             converter = self._converters[plan.stream] = RowConverter(plan.stream)
@@ -205,7 +218,9 @@ class SqliteSource:
             if len(self.bad_rows) < MAX_KEPT:
                 self.bad_rows.append(BadRow(table, row_id, reason))
 
-        return len(rows), converter.records(rows, bad)
+        for row_id, row_bytes in page.oversized:
+            bad(row_id, f"{row_bytes:,} bytes, over the row bound of {self.bounds.row:,}")
+        return covered, converter.records(page.rows, bad)
 
     def highest_ids(self) -> dict[str, int]:
         """The highest id each planned table ever gave (``sqlite_sequence``), 0 for none.
@@ -259,7 +274,7 @@ def mark_partial(session_root: Path, reason: str, rows_read: int, rows_total: in
     return add_warning_block(
         session_root,
         "backfill",
-        {"partial": True, "error": reason, "rows_read": rows_read, "rows_total": rows_total},
+        {"partial": True, "error": shown(reason), "rows_read": rows_read, "rows_total": rows_total},
     )
 
 
@@ -303,7 +318,7 @@ def _select(columns: list[str], layout: Layout) -> list[str]:
 
 
 def _plan_table(
-    connection: Connection, record_type: type[Record], table: str
+    connection: Connection, record_type: type[Record], table: str, *, octet: bool
 ) -> TablePlan | list[str]:
     """The plan for ``table``, or the contract's columns it lacks (a layout of neither kind)."""
     have = {row[1] for row in connection.execute(f"PRAGMA table_info({_quote(table)})")}
@@ -319,9 +334,32 @@ def _plan_table(
         return lacking
     # Table and column names are the records' own, quoted; no user text.
     (count,) = connection.execute(f"SELECT count(*) FROM {_quote(table)}").fetchone()  # noqa: S608
-    columns = ", ".join(["id", *_select(fields, layout)])
+    select = ["id", *_select(fields, layout)]
+    columns = ", ".join(select)
     query = f"SELECT {columns} FROM {_quote(table)} WHERE id > ? ORDER BY id LIMIT ?"  # noqa: S608
-    return TablePlan(record_type.STREAM, table, layout, count, query)
+    hints = {f.name: str(f.type) for f in dataclasses.fields(record_type)}
+    text: list[str] = []
+    other: list[str] = []
+    for name in fields:
+        stored = _quote(_stored_name(name, layout))
+        (text if name == "events" or hints[name].startswith("str") else other).append(stored)
+    pages = page_queries(_quote(table), select, text, other, octet=octet)
+    return TablePlan(record_type.STREAM, table, layout, count, query, pages)
+
+
+def _stored_name(field_name: str, layout: Layout) -> str:
+    if field_name == "events":
+        return EVENTS_COLUMN
+    return field_name if layout == "contract" else _RENAMED_050.get(field_name, field_name)
+
+
+def _has_octet_length(connection: Connection) -> bool:
+    """SQLite 3.43 or later: a value's bytes are known without loading it."""
+    try:
+        connection.execute("SELECT octet_length('')").fetchall()
+    except DATABASE_ERRORS:
+        return False
+    return True
 
 
 def connect_read_only(
@@ -423,19 +461,19 @@ def _checked_database(folder: run_files.Folder, name: str, owner_only: bool) -> 
         os.close(fd)
     if head and head != SQLITE_MAGIC:
         raise BackfillError(f"{folder.path / name} is not a SQLite database")
-    for shown, found in [(name, st)] + [
+    for part, found in [(name, st)] + [
         (name + suffix, folder.lstat(name + suffix)) for suffix in ("-wal", "-shm")
     ]:
         if found is None:
             continue
         if not stat.S_ISREG(found.st_mode):
             raise run_files.UnsafePathError(
-                f"{folder.path / shown} is a link or not a regular file: refused"
+                f"{folder.path / part} is a link or not a regular file: refused"
             )
-        folder.check(found, shown, file=True)
+        folder.check(found, part, file=True)
         if owner_only and found.st_uid != folder.uid:
             raise run_files.UnsafePathError(
-                f"{folder.path / shown} belongs to uid {found.st_uid}, not to the run's "
+                f"{folder.path / part} belongs to uid {found.st_uid}, not to the run's "
                 f"owner (uid {folder.uid}): not opened for writing"
             )
     return st
@@ -451,7 +489,12 @@ def open_database(
     """
     if connection is None:
         connection = connect_read_only(path)
-    source = SqliteSource(path, connection, [], [], {})
+    try:
+        bounds = ByteBounds.from_environment()
+    except ValueError as exc:
+        connection.close()
+        raise BackfillError(str(exc)) from None
+    source = SqliteSource(path, connection, [], [], {}, bounds=bounds)
     try:
         plan_tables(source, streams)
     except BackfillError:
@@ -478,6 +521,7 @@ def plan_tables(source: SqliteSource, streams: tuple[str, ...]) -> None:
         missing: list[str] = []
         unreadable: dict[str, list[str]] = {}
         selected = set(streams)
+        octet = _has_octet_length(connection)
         for record_type in RECORD_TYPES:
             if record_type.STREAM not in selected:
                 continue
@@ -488,7 +532,7 @@ def plan_tables(source: SqliteSource, streams: tuple[str, ...]) -> None:
             if table not in present:
                 missing.append(table)
                 continue
-            plan = _plan_table(connection, record_type, table)
+            plan = _plan_table(connection, record_type, table, octet=octet)
             if isinstance(plan, list):
                 unreadable[table] = plan
             else:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from . import run_files
+from .shown import shown
 
 __all__ = [
     "LOG",
@@ -76,7 +77,7 @@ class ExportReport:
             "exporter": self.exporter,
             "exporter_failed": self.exporter_failed,
             "failed_method": self.failure.method if self.failure else None,
-            "error": self.failure.error if self.failure else None,
+            "error": shown(self.failure.error) if self.failure else None,
             "admitted_records": self.admitted_records,
             "failed_records": self.failed_records,
             "dropped_batches": self.dropped_batches,

@@ -153,15 +153,16 @@ class Folder:
             raise
         return fd
 
-    def read(self, name: str) -> bytes:
-        """The bytes of the regular file ``name``, never through a link.
+    def read(self, name: str, limit: int = -1) -> bytes:
+        """The bytes of the regular file ``name`` (at most ``limit``, when not -1), never
+        through a link.
 
         Raises:
             UnsafePathError, OSError: as ``open_file``.
         """
         fd = self.open_file(name)
         with os.fdopen(fd, "rb") as fh:
-            return fh.read()
+            return fh.read(limit)
 
     def lstat(self, name: str) -> os.stat_result | None:
         """``name``'s own status (a link's, not its target's); None when missing."""
@@ -280,15 +281,16 @@ def _folder_of(path: Path, root: Path | None, create: bool) -> Iterator[Folder]:
         yield folder
 
 
-def read_file(path: Path, *, root: Path | None = None) -> bytes:
+def read_file(path: Path, *, root: Path | None = None, limit: int = -1) -> bytes:
     """The bytes of ``path``, a file under the run folder ``root`` (or directly in a
-    folder of the caller's), read without following any link below ``root``.
+    folder of the caller's), read without following any link below ``root``; at most
+    ``limit`` bytes when it is not -1.
 
     Raises:
         UnsafePathError, OSError: as ``Folder.read``.
     """
     with _folder_of(path, root, create=False) as folder:
-        return folder.read(path.name)
+        return folder.read(path.name, limit)
 
 
 def remove_file(path: Path, *, root: Path | None = None) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from .._export.shown import shown
+
 __all__ = ["PROG", "CliError", "error_line", "one_line"]
 
 PROG = "traceml-exporter"
@@ -24,6 +26,7 @@ def one_line(exc: BaseException) -> str:
 
 
 def error_line(message: str, prog: str = PROG) -> None:
-    """Write ``PROG: error: MESSAGE`` to stderr."""
-    sys.stderr.write(f"{prog}: error: {message}\n")
+    """Write ``PROG: error: MESSAGE`` to stderr, as one line: what it quotes of a run
+    folder (a name, a manifest value, an exporter's error) is escaped."""
+    sys.stderr.write(f"{prog}: error: {shown(message)}\n")
     sys.stderr.flush()

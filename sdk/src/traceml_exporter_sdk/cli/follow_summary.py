@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TextIO
 
 from .._bridge.follow.ending import ENDS
+from .._export.shown import shown
 from .errors import error_line
 from .exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .replay_summary import bad_row_lines, location_lines, per_stream_lines, source_lines, summarize
@@ -82,7 +83,7 @@ def service_summary(service: ServiceResult, out: TextIO, signal_name: str | None
         for run in service.runs
         if run.exit_code != EXIT_OK
     ]
-    out.write("\n".join(lines) + "\n")
+    out.write("\n".join(map(shown, lines)) + "\n")
     code = service.exit_code
     if code != EXIT_OK:
         return code

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from .._export.shown import shown
 from ..factory import BUILTIN_ALIASES, factory_target
 from .errors import error_line
 from .exit_codes import EXIT_EXPORT, EXIT_INTERRUPTED, EXIT_OK
@@ -140,7 +141,7 @@ def summarize(
         lines.append(f"{'finalization_warning.json':<26} {report.warning_path}")
     elif report.warning_error is not None:
         lines.append(f"{'finalization_warning.json':<26} NOT WRITTEN: {report.warning_error}")
-    out.write("\n".join(lines) + "\n")
+    out.write("\n".join(map(shown, lines)) + "\n")  # names from a run folder, escaped
     out.flush()
     lost = report.failure is not None or report.timed_out or report.dropped_batches
     if not lost and stop is None and report.warning_error is None:

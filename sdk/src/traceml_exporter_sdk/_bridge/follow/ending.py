@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 from ..._export import run_files
+from ..._export.shown import shown
 from ...cli.exit_codes import (
     EXIT_EXPORT,
     EXIT_INCOMPLETE,
@@ -96,7 +97,7 @@ def leave_the_truth(result: FollowResult, folder: RunFolder, message: str) -> No
         "rows_read": source.rows_read,
         "pruned_rows": source.pruned,
         "skipped_rows": skipped,
-        "bookmark": str(folder.bookmark_path) if folder.bookmark_path.exists() else None,
+        "bookmark": shown(str(folder.bookmark_path)) if folder.bookmark_path.exists() else None,
         "bookmark_error": result.bookmark_error,
         "exporter_failures": result.exporter_failures,
         "resent_records": result.resent_records,

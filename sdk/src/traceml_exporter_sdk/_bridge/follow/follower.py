@@ -120,6 +120,9 @@ class Follower:
         Raises:
             FollowError: the bookmark is of another run, unreadable, or ahead of the database.
         """
+        refused = self.folder.manifest_refused()
+        if refused is not None:
+            raise FollowError(refused)
         manifest = self.folder.manifest() or {}
         self.ledger.identity = self.folder.identity(manifest)
         try:
@@ -424,7 +427,7 @@ class Follower:
                     # rows come in id order, which is the order TraceML received them
                     oldest = records[0].observed_timestamp_unix_ns if records else None
                     self.ledger.mark(source, self._clock(), oldest)
-                if rows >= PAGE_ROWS:
+                if rows >= PAGE_ROWS or source.page_cut:
                     unfinished.append(plan)
             plans = unfinished
             if plans and (self._clock() >= deadline or self.stop.is_set()):

@@ -27,7 +27,8 @@ LossReason = Literal[
 
 REASONS: dict[LossReason, str] = {
     "pruned": "TraceML's retention deleted them before they were read",
-    "skipped": "they fit no record (bad events_json, an empty line)",
+    "skipped": "they fit no record (bad events_json, an empty line) or were over the row "
+    "byte bound (TRACEML_EXPORTER_MAX_ROW_BYTES)",
     "run_deleted": "the run folder was deleted before they were exported",
     "timed_out": "the drain at the end passed --shutdown-timeout (a slow or hung sink)",
     "permanent_failure": "the exporter failed in a way retrying cannot fix",

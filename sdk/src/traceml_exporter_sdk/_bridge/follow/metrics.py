@@ -11,8 +11,11 @@ or an exporter call is stuck, and 200 ``waiting`` while no run is followed yet.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import socketserver
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -20,7 +23,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from .loss import REASONS
 from .status import TROUBLED
 
-__all__ = ["MetricsServer", "serve_metrics"]
+__all__ = ["CONNECTION_SECONDS", "MAX_CONNECTIONS", "MetricsServer", "serve_metrics"]
 
 Statuses = Callable[[], Iterable[dict[str, Any]]]
 Totals = Callable[[], dict[str, Any]]
@@ -128,10 +131,53 @@ class _Collector:
         return _families(self._statuses, self._totals)
 
 
+MAX_CONNECTIONS = 32
+"""Connections served at once (a thread each); one more is closed at once."""
+CONNECTION_SECONDS = 10.0
+"""The longest a connection is kept, however slowly it sends (a scrape takes milliseconds)."""
+
+
 class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
-    """One thread a request: a client that connects and says nothing holds up no scrape."""
+    """One thread a connection, at most ``max_connections`` at once, each closed after
+    ``connection_seconds``: a client that connects and says nothing (or drips a byte at a
+    time) holds up no scrape for long, and many of them cost a bounded number of threads."""
 
     daemon_threads = True
+    block_on_close = False
+    request_queue_size = 64
+    max_connections = MAX_CONNECTIONS
+    connection_seconds = CONNECTION_SECONDS
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._open: dict[Any, float] = {}
+        self._open_lock = threading.Lock()
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        with self._open_lock:
+            if len(self._open) >= self.max_connections:
+                return False  # closed unread: every slot is taken
+            self._open[request] = time.monotonic() + self.connection_seconds
+        return True
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.pop(request, None)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away or timed out: nothing to say (the default prints a
+        traceback on stderr, the progress lines' place)."""
+
+    def service_actions(self) -> None:
+        """Between accepts (every ``poll_interval``): end the connections kept too long;
+        their handler's read then ends and its thread with it."""
+        now = time.monotonic()
+        with self._open_lock:
+            late = [request for request, deadline in self._open.items() if deadline <= now]
+        for request in late:
+            with contextlib.suppress(OSError):
+                request.shutdown(socket.SHUT_RDWR)
 
 
 def _health(statuses: Statuses) -> tuple[str, bytes]:
@@ -149,6 +195,10 @@ def _health(statuses: Statuses) -> tuple[str, bytes]:
 
 
 class _QuietHandler(WSGIRequestHandler):
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(getattr(self.server, "connection_seconds", CONNECTION_SECONDS))
+
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
@@ -156,7 +206,16 @@ class _QuietHandler(WSGIRequestHandler):
 class MetricsServer:
     """The HTTP server on its own daemon thread; ``close`` stops it."""
 
-    def __init__(self, host: str, port: int, statuses: Statuses, totals: Totals | None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        statuses: Statuses,
+        totals: Totals | None,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        connection_seconds: float = CONNECTION_SECONDS,
+    ) -> None:
         from prometheus_client import CollectorRegistry, make_wsgi_app
 
         registry = CollectorRegistry(auto_describe=False)
@@ -176,9 +235,11 @@ class MetricsServer:
         self._server = make_server(
             host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler
         )
+        self._server.max_connections = max_connections
+        self._server.connection_seconds = connection_seconds
         self.port = int(self._server.server_port)
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="follow-metrics", daemon=True
+            target=self._server.serve_forever, args=(0.2,), name="follow-metrics", daemon=True
         )
         self._thread.start()
 

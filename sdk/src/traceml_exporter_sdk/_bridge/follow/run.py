@@ -21,6 +21,7 @@ from ..._export import run_files
 
 __all__ = [
     "DATABASE",
+    "MANIFEST_MAX_BYTES",
     "STATE_DIR",
     "FollowError",
     "RunFolder",
@@ -32,6 +33,9 @@ __all__ = [
 DATABASE = Path("aggregator") / "telemetry"
 STATE_DIR = Path("aggregator") / "follow"
 MANIFEST = "manifest.json"
+MANIFEST_MAX_BYTES = 1 << 20
+"""The largest ``manifest.json`` read: TraceML's is under 2 KiB; a bigger one is refused
+for its run, never read whole (one user's folder must not cost the node's follower)."""
 
 
 class FollowError(Exception):
@@ -86,9 +90,15 @@ class RunFolder:
 
     def manifest(self) -> dict[str, Any] | None:
         """The manifest as TraceML last wrote it, read through no link; None while it is
-        missing or mid-write (or refused: ``unsafe`` says why)."""
+        missing or mid-write, over ``MANIFEST_MAX_BYTES`` (``manifest_refused`` says so)
+        or refused (``unsafe`` says why)."""
         try:
-            data = orjson.loads(run_files.read_file(self.manifest_path, root=self.root))
+            text = run_files.read_file(
+                self.manifest_path, root=self.root, limit=MANIFEST_MAX_BYTES + 1
+            )
+            if len(text) > MANIFEST_MAX_BYTES:
+                return None
+            data = orjson.loads(text)
         except (OSError, orjson.JSONDecodeError):
             return None
         return data if type(data) is dict else None
@@ -134,6 +144,19 @@ class RunFolder:
         why = self.unsafe()
         if why is not None:
             raise FollowError(why)
+
+    def manifest_refused(self) -> str | None:
+        """Why the manifest is not read (over ``MANIFEST_MAX_BYTES``), or None."""
+        try:
+            size = os.stat(self.manifest_path, follow_symlinks=False).st_size
+        except OSError:
+            return None
+        if size <= MANIFEST_MAX_BYTES:
+            return None
+        return (
+            f"not followed: its manifest.json is {size:,} bytes, over the bound of "
+            f"{MANIFEST_MAX_BYTES:,} (TraceML writes under 2 KiB)"
+        )
 
     def identity(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """What tells this run from another in the same folder."""

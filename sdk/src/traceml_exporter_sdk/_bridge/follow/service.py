@@ -197,6 +197,10 @@ class LogsDirectory:
             if refused is not None:
                 self._pass(folder, f"refused: {refused}", always=True)
                 continue
+            refused = folder.manifest_refused()
+            if refused is not None:
+                self._pass(folder, refused)
+                continue
             if _exported_already(folder):
                 self._pass(folder, "exported already (its follow ended complete); not read again")
                 continue

@@ -141,7 +141,7 @@ def wait_for_run(
         has_manifest = folder.manifest() is not None
         if has_manifest and folder.has_database():
             return folder
-        ended = ended_without_telemetry(folder)
+        ended = ended_without_telemetry(folder) or folder.manifest_refused()
         if ended is not None:
             raise RunNotFoundError(f"{root}: {ended}; nothing to follow")
         if not has_manifest and not folder.manifest_path.exists():

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..._export import run_files
+from ..._export.shown import shown
 
 __all__ = [
     "ENDED",
@@ -87,6 +88,7 @@ class RunStatus:
             self.resent_records += resent
             if permanent:
                 return False
+            error = shown(error)
             if self.outage is None:
                 self.outage = {"started": time.time(), "tries": 0, "last_error": error}
             self.outage["tries"] += 1
@@ -105,9 +107,10 @@ class RunStatus:
         return self.update(state="following")
 
     def snapshot(self) -> dict[str, Any]:
-        """The status now. While rows wait, the lag is aged to this moment (a follower
-        blocked by a hung sink cannot update it, and its lag must still grow); a call
-        running longer than ``stuck_after`` makes the state ``stuck``."""
+        """The status now, its run folder and texts escaped (``shown``). While rows wait,
+        the lag is aged to this moment (a follower blocked by a hung sink cannot update
+        it, and its lag must still grow); a call running longer than ``stuck_after``
+        makes the state ``stuck``."""
         probe = self.call
         running = probe() if probe is not None else None
         now = time.time()
@@ -126,7 +129,7 @@ class RunStatus:
                 if seconds >= self.stuck_after:
                     state = "stuck"
             return {
-                "run": str(self.run),
+                "run": shown(str(self.run)),
                 "state": state,
                 "since": self.since,
                 "exported": dict(self.exported),
@@ -143,7 +146,7 @@ class RunStatus:
                 "outages": [dict(o) for o in self.outages],
                 "outages_total": self.outages_total,
                 "end": self.end,
-                "message": self.message,
+                "message": None if self.message is None else shown(self.message),
                 "updated": now,
             }
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from ..._export.shown import shown
 from .lock import RunLockedError
 from .run import RunFolder
 from .status import ENDED, RunStatus, write_status
@@ -70,7 +71,7 @@ class Watcher:
 
     def notice(self, kind: NoticeKind, line: str, port: int | None = None) -> None:
         if self.on_event is not None:
-            self.on_event(Notice(kind, line, port))
+            self.on_event(Notice(kind, shown(line), port))
 
     def tick(self, job: Watched, *, final: bool = False) -> None:
         """A snapshot when the state changed or the interval passed; the status file when
@@ -85,8 +86,8 @@ class Watcher:
             return  # its end is being written down: shown once it is
         now = time.monotonic()
         root = job.folder.root
-        shown, shown_at = self._shown.get(root, ("", -1e9))
-        changed = state != shown
+        last, shown_at = self._shown.get(root, ("", -1e9))
+        changed = state != last
         due = self.interval > 0 and now - shown_at >= self.interval and not ended
         if changed or due:
             self._shown[root] = (state, now)
