@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from traceml_exporter_sdk._bridge.follow.metrics import _Collector
-from traceml_exporter_sdk._bridge.follow.service import Reporter
 from traceml_exporter_sdk._bridge.follow.status import RunStatus, progress_line
+from traceml_exporter_sdk._bridge.follow.watch import Watcher
 from traceml_exporter_sdk._export.redact import MASK, redacted
 from traceml_exporter_sdk._export.shown import shown
 
@@ -85,7 +85,9 @@ def test_status_progress_and_metrics_show_a_hostile_run_escaped(
     assert line.isprintable(), line
     assert line.startswith(f"follow {shown(os.fsdecode(raw))}: ")
     notes: list[str] = []
-    Reporter(notes.append, 1.0).note(f"follow {root.name}: the manifest says {said}")
+    Watcher(None, lambda notice: notes.append(notice.line), 1.0).notice(
+        "passed", f"follow {root.name}: the manifest says {said}"
+    )
     assert notes[0].isprintable()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(lambda: [snapshot], None))  # type: ignore[arg-type]
