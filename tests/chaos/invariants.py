@@ -25,7 +25,9 @@ The names:
   call, once it has run ``--stuck-after``); one failing permanently shows its own state
   and a failure count in ``/metrics``;
 - ``pruned-not-counted-when-pruned``: rows TraceML pruned during an outage, never read,
-  raise ``rows_pruned_total`` within two poll intervals;
+  raise ``rows_pruned_total`` within two poll intervals, while the run's follow is live
+  (one that ended counted the rows it left as lost, once, with its reason: a later
+  prune is not counted again; rows written after it are the next start's to count);
 - ``failure-not-counted``: a run whose exporter failed shows no failure in its status;
 - ``loss-not-counted``: a run's follow that ended (its state done, failed, deleted)
   left rows unsent that its ``status.json`` does not count as lost, with a reason;
@@ -302,6 +304,30 @@ def _unsent(rows: _Rows, sink: Iterable[str], at: float) -> set[int]:
     return rows.still_there(at) - _ids_of(sink)
 
 
+def _left_and_counted(rows: _Rows, snap: dict[str, Any]) -> tuple[set[int], int]:
+    """The rows a run's ended follow left unsent at its end, and how many its
+    ``status.json`` counts as lost (any reason)."""
+    status = snap.get("status") or {}
+    since = float(status.get("since") or snap["at"]) - UNCOUNTED_MARGIN_S
+    counted = sum(int(n) for n in (status.get("lost") or {}).values())
+    return _unsent(rows, snap["sink"], since), counted
+
+
+def _ended_counted(obs: Observation, segment: Segment, run: str) -> float | None:
+    """When ``segment``'s follower ended its follow of ``run`` having counted every row it
+    left unsent (its status, at the follower's end, says an ended state since then); None:
+    the follow went on to the follower's end, or ended without counting them."""
+    snap = segment.snapshot.get(run) or {}
+    status = snap.get("status") or {}
+    if status.get("state") not in ENDED or float(status.get("updated") or 0) < segment.start:
+        return None
+    since = float(status.get("since") or 0)
+    if since < segment.start:
+        return None
+    left, counted = _left_and_counted(_rows(obs, run), snap)
+    return since if len(left) <= counted else None
+
+
 def _complete(obs: Observation) -> Iterator[Violation]:
     for segment in obs.segments:
         for run, snap in segment.snapshot.items():
@@ -318,9 +344,7 @@ def _complete(obs: Observation) -> Iterator[Violation]:
                     f"'complete' with {_first(unsent)} not in the sink",
                 )
             if fresh and status.get("state") in ENDED:
-                since = float(status.get("since") or snap["at"]) - UNCOUNTED_MARGIN_S
-                left = _unsent(rows, snap["sink"], since)
-                counted = sum(int(n) for n in (status.get("lost") or {}).values())
+                left, counted = _left_and_counted(rows, snap)
                 if len(left) > counted:
                     yield Violation(
                         "loss-not-counted",
@@ -481,6 +505,10 @@ def _pruned_in_time(obs: Observation, deadline: float) -> Iterator[Violation]:
             end = t + deadline + TOLERANCE_S
             segment = _segment_at(obs, t, end + SCRAPE_S)
             if segment is None or outage[1] < end:
+                continue
+            # a follow over (its unsent rows counted lost, each once) does not count them again
+            over = _ended_counted(obs, segment, run)
+            if over is not None and over < end + SCRAPE_S:
                 continue
             earlier = [s for s in obs.scrapes if s["segment"] == segment.index and s["t"] < t]
             base = _value(earlier[-1], PRUNED_TOTAL, run) if earlier else None

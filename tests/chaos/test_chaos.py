@@ -110,6 +110,62 @@ def test_a_pruned_count_the_sink_does_not_bear_out_is_caught(observed: Observati
     assert "loss-count-disagrees" in _names(broken)
 
 
+def _plant_prune(obs: Observation) -> tuple[float, Segment]:
+    """TraceML's retention deleting, 1.5 s into the outage, the rows written so far (some
+    in it, never read): a prune in the ledger, those rows never in the sink. The specimen's
+    run has no retention, so its ``rows_pruned_total`` stays 0. Returns when, and the
+    follower that lived through it."""
+    down = next(i for i, s in enumerate(obs.switches) if s[1] == "down")
+    start, end = obs.switches[down][0], obs.switches[down + 1][0]
+    at = start + 1.5
+    assert end > at + 1.0, "the outage is too short to plant a prune in"
+    written = [e for e in obs.ledgers["run1"] if "last_id" in e and e["t"] <= at]
+    assert any(e["t"] > start + obs.poll_interval for e in written), "no row written in it"
+    upto = written[-1]["last_id"]
+    obs.ledgers["run1"].append({"t": at, "prune_upto": upto})
+
+    def kept(key: str) -> bool:
+        return int(json.loads(key)[1]) + 1 > upto
+
+    obs.sink["run1"] = {k: n for k, n in obs.sink["run1"].items() if kept(k)}
+    for each in obs.segments:
+        if "run1" in each.snapshot:
+            each.snapshot["run1"]["sink"] = [k for k in each.snapshot["run1"]["sink"] if kept(k)]
+    present = obs.final["run1"]["present_ids"] or []
+    obs.final["run1"]["present_ids"] = [i for i in present if i > upto]
+    segment = next(s for s in obs.segments if s.start <= at and (s.end or at) >= at + 1.0)
+    return at, segment
+
+
+def test_a_prune_during_a_live_outage_not_counted_is_caught(observed: Observation) -> None:
+    broken = copy.deepcopy(observed)
+    _plant_prune(broken)
+    assert "pruned-not-counted-when-pruned" in _names(broken)
+
+
+def test_a_prune_after_the_runs_follow_ended_is_judged_only_if_uncounted(
+    observed: Observation,
+) -> None:
+    """Seed 234: the run's follow ended (failed) counting its unsent rows as lost, then
+    TraceML pruned them: counted once, with one reason, not again as pruned. A follow that
+    ended without counting them is still judged (and ``loss-not-counted`` says it)."""
+    broken = copy.deepcopy(observed)
+    at, segment = _plant_prune(broken)
+    snap = segment.snapshot["run1"]
+    snap["status"] = {
+        **(snap["status"] or {}),
+        "state": "failed",
+        "end": "exporter-failed",
+        "exporter_failures": 1,
+        "since": at - 0.5,
+        "updated": segment.end,
+        "lost": {"permanent_failure": 10**6},
+    }
+    assert "pruned-not-counted-when-pruned" not in _names(broken)
+    snap["status"]["lost"] = {}
+    assert {"pruned-not-counted-when-pruned", "loss-not-counted"} <= _names(broken)
+
+
 def test_a_complete_run_with_rows_unsent_is_caught(observed: Observation) -> None:
     broken = copy.deepcopy(observed)
     segment = broken.segments[-1]
