@@ -5,6 +5,10 @@ What TraceML wrote comes from the synthetic aggregator's ledger (every commit an
 prune, outside the run folder) and what its database still holds; what was delivered
 from the sink's store, deduplicated on the stream key (``follow`` is at-least-once). A
 step_time row's id is its step + 1 (one table, AUTOINCREMENT from 1, no rollback).
+Beside a real ``traceml run`` (``obs.real``) the ledger is the harness's sampler's (when
+each id was first seen committed) and a row is known by its identity in
+``obs.row_keys``, read from the database at the end: there is no prune to judge
+(TraceML's retention at its default), the rest is judged the same.
 
 The names:
 
@@ -88,6 +92,16 @@ class _Rows:
     prunes: list[tuple[float, int]]
     """(when, every id up to this one deleted)."""
     in_sink: set[int]
+    key_ids: dict[str, int] | None = None
+    """A real run's row numbers by identity (None: a synthetic run's stream keys)."""
+
+    def ids(self, keys: Iterable[str]) -> set[int]:
+        """The rows of these sink keys; a key of no row written gets a number of its own
+        below 0 (the sink holds a row nobody wrote)."""
+        if self.key_ids is None:
+            return _ids_of(keys)
+        known = self.key_ids
+        return {known.get(key, -1 - i) for i, key in enumerate(sorted(keys))}
 
     def pruned_by(self, at: float) -> int:
         return max((upto for t, upto in self.prunes if t <= at), default=0)
@@ -119,7 +133,9 @@ def _rows(obs: Observation, run: str) -> _Rows:
     end = max((s.end or 0.0 for s in obs.segments), default=0.0)
     for i in (obs.final.get(run) or {}).get("present_ids") or []:
         written.setdefault(i, end)  # committed, its ledger line cut off by a kill
-    return _Rows(written, prunes, _ids_of(obs.sink.get(run, {})))
+    rows = _Rows(written, prunes, set(), obs.row_keys.get(run, {}) if obs.real else None)
+    rows.in_sink = rows.ids(obs.sink.get(run, {}))
+    return rows
 
 
 def _first(ids: Iterable[int], n: int = 5) -> str:
@@ -301,7 +317,7 @@ def _had(obs: Observation, segment: Segment, run: str, before: float) -> bool:
 
 
 def _unsent(rows: _Rows, sink: Iterable[str], at: float) -> set[int]:
-    return rows.still_there(at) - _ids_of(sink)
+    return rows.still_there(at) - rows.ids(sink)
 
 
 def _left_and_counted(rows: _Rows, snap: dict[str, Any]) -> tuple[set[int], int]:

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from chaos.driver import Observation, Segment, execute
+from chaos import harness
+from chaos.driver import TESTS, Observation, Segment, execute
 from chaos.harness import main, run_seed
 from chaos.invariants import RSS_CEILING_KB, check
+from chaos.real import ID_SPAN, identity, read_rows
 from chaos.schedule import FAULTS, RunPlan, Schedule, Step, generate
 
 CI_SEEDS = (7, 21, 33, 35, 36, 263)
@@ -206,6 +208,71 @@ def test_a_run_never_settled_is_caught(observed: Observation) -> None:
     broken = copy.deepcopy(observed)
     broken.recovery_settled, broken.unsettled = False, ["run1"]
     assert "run-never-settled" in _names(broken)
+
+
+def test_rows_known_by_identity_as_beside_a_real_run(observed: Observation) -> None:
+    """The real mode's oracle (``row_keys``: identity -> row number) judged the same way:
+    the specimen's rows known by identity hold, one missing or one unknown is caught."""
+    real = copy.deepcopy(observed)
+    real.real = True
+    real.row_keys["run1"] = {f"id-{k}": int(json.loads(k)[1]) + 1 for k in real.sink["run1"]}
+    renamed = {f"id-{k}": n for k, n in real.sink["run1"].items()}
+    real.sink["run1"] = renamed
+    for segment in real.segments:
+        snap = segment.snapshot.get("run1")
+        if snap is not None:
+            snap["sink"] = [f"id-{k}" for k in snap["sink"]]
+    assert _names(real) == _names(observed)
+    lost = copy.deepcopy(real)
+    del lost.sink["run1"][sorted(lost.sink["run1"])[3]]
+    assert "row-lost-silently" in _names(lost)
+    invented = copy.deepcopy(real)
+    invented.sink["run1"]["id-nobody-wrote"] = 1
+    assert "sink-holds-unwritten-rows" in _names(invented)
+
+
+def test_a_database_read_as_the_oracle_gives_the_sinks_identities(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``read_rows`` (every row left in a run's database) names each row as the sink names
+    what it stored: the record, its stream, sorted JSON; numbered by table and id."""
+    monkeypatch.syspath_prepend(str(TESTS / "follow"))  # as the synthetic runs have it
+    from writer050 import Writer050, step_records
+
+    writer = Writer050(tmp_path / "run1")
+    records = step_records(0, 30)
+    writer.flush(records[:10])
+    writer.flush(records[10:], prune={"step_time_samples": 5})
+    writer.close()
+    rows = read_rows(tmp_path / "run1" / "aggregator" / "telemetry")
+    assert rows is not None
+    said = {identity(r.STREAM, json.dumps(r.to_dict(), sort_keys=True)) for r in records[5:]}
+    assert set(rows) == said
+    assert sorted(n % ID_SPAN for n in rows.values()) == list(range(6, 31))
+    assert read_rows(tmp_path / "nothing") is None
+
+
+def test_real_schedules_are_their_own_and_need_torch(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--real N``: schedules of real runs (one or two, the same faults, retention left at
+    TraceML's default); where torch or traceml-ai is missing, one line and exit 2."""
+    real = [generate(seed, real=True) for seed in range(60)]
+    assert all(s.real and 1 <= len(s.runs) <= 2 for s in real)
+    assert all(r.retention is None and r.rows == 0 for s in real for r in s.runs)
+    assert set().union(*(s.faults for s in real)) == set(FAULTS)
+    assert "--wait" in real[0].follow_args()
+    assert "150" in real[0].follow_args()
+    assert main(["--real", "2", "--first", "7", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert str(generate(7, real=True)) in out
+    assert "(real traceml run)" in out
+    assert "2 real schedules, seeds 7, 8" in out
+    monkeypatch.setattr(harness, "available", lambda: "real runs need torch in this Python")
+    assert main(["--real", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "need torch" in err
 
 
 def test_the_command_line_takes_seeds_and_a_seed(capsys: pytest.CaptureFixture[str]) -> None:
