@@ -243,6 +243,9 @@ class _Harness:
         self.port: int | None = None
         self.lock = threading.Lock()
         self.done = threading.Event()
+        """The schedule is over: the monitor and the sampler stop."""
+        self.recovering = threading.Event()
+        """Recovery began: no fault switch flips any more (a late timer's "up" does)."""
         self.obs = Observation(
             str(schedule),
             schedule.where,
@@ -452,7 +455,7 @@ class _Harness:
                 self.obs.deleted[run.plan.name] = time.time()
 
     def _switch(self, mode: str, run: str | None) -> None:
-        if self.done.is_set() and mode != "up":
+        if self.recovering.is_set() and mode != "up":
             return
         set_mode(self.sink, mode, run)
         self.obs.switches.append((time.time(), mode, run))
@@ -506,12 +509,11 @@ class _Harness:
     def recover(self) -> None:
         """Sink up, live runs ended; the follower settles every run, and then the next
         one started does too (what it resumes, what it passes over)."""
-        self.done.set()  # no fault switch flips after this
+        self.recovering.set()  # no fault switch flips after this
         for path in self.sink.glob("switch.*"):
             path.unlink()
         set_mode(self.sink, "up")
         self.obs.switches.append((time.time(), "up", "*"))
-        self.done.clear()
         for run in self.runs.values():  # a real orphan's ranks too: its aggregator stays
             if (run.alive() and not run.orphaned) or isinstance(run, RealRun):
                 run.end()

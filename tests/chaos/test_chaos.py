@@ -91,6 +91,8 @@ def test_the_specimen_delivered_every_row(observed: Observation) -> None:
     assert observed.sink["run1"], "the sink holds nothing"
     assert len(observed.ledgers["run1"]) > 5
     assert any(s["metrics"] for s in observed.scrapes), "no scrape of /metrics"
+    recovery = max(t for t, mode, run in observed.switches if run == "*")
+    assert any(s["t"] > recovery for s in observed.scrapes), "no scrape through recovery"
 
 
 def test_a_row_missing_from_the_sink_is_caught(observed: Observation) -> None:
