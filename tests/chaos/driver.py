@@ -482,8 +482,8 @@ class _Harness:
                 if kind == "start":
                     assert isinstance(item, RunPlan)
                     began = time.monotonic()
-                    kind = RealRun if self.schedule.real else _Run
-                    run = self.runs[item.name] = kind(item, self.logs, self.state, self.env)
+                    make = RealRun if self.schedule.real else _Run
+                    run = self.runs[item.name] = make(item, self.logs, self.state, self.env)
                     run.aggregator_pid(STARTUP_S)
                     if self.schedule.real:
                         self._await_port(STARTUP_S)

@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             print(generate(seed, real=real))
         print(f"\n{len(seeds)} {kind}, seeds {_ranges(seeds)} (not run: --dry-run)")
         return 0
-    if real and (missing := available()) is not None:
-        print(f"python -m chaos --real: {missing}", file=sys.stderr)
+    if real and (unavailable := available()) is not None:
+        print(f"python -m chaos --real: {unavailable}", file=sys.stderr)
         return 2
     root = args.keep or Path(tempfile.mkdtemp(prefix="chaos-"))
 
