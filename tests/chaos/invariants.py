@@ -26,8 +26,8 @@ The names:
   ``--shutdown-timeout`` + 5 s, and the signal is named;
 - ``fault-not-in-metrics`` / ``fault-not-in-healthz``: a sink down or hung shows in
   both within two poll intervals of the first call that met it (``/healthz``, for a hung
-  call, once it has run ``--stuck-after``); one failing permanently shows its own state
-  and a failure count in ``/metrics``;
+  call, once it has run ``--stuck-after``) while the run's follow is live; one failing
+  permanently shows its own state and a failure count in ``/metrics``;
 - ``pruned-not-counted-when-pruned``: rows TraceML pruned during an outage, never read,
   raise ``rows_pruned_total`` within two poll intervals, while the run's follow is live
   (one that ended counted the rows it left as lost, once, with its reason: a later
@@ -329,18 +329,23 @@ def _left_and_counted(rows: _Rows, snap: dict[str, Any]) -> tuple[set[int], int]
     return _unsent(rows, snap["sink"], since), counted
 
 
-def _ended_counted(obs: Observation, segment: Segment, run: str) -> float | None:
-    """When ``segment``'s follower ended its follow of ``run`` having counted every row it
-    left unsent (its status, at the follower's end, says an ended state since then); None:
-    the follow went on to the follower's end, or ended without counting them."""
-    snap = segment.snapshot.get(run) or {}
-    status = snap.get("status") or {}
+def _follow_end(segment: Segment, run: str) -> float | None:
+    """When ``segment``'s follower ended its follow of ``run`` (its status, at the
+    follower's end, says an ended state since then); None: it went on to the follower's
+    end."""
+    status = (segment.snapshot.get(run) or {}).get("status") or {}
     if status.get("state") not in ENDED or float(status.get("updated") or 0) < segment.start:
         return None
     since = float(status.get("since") or 0)
-    if since < segment.start:
+    return since if since >= segment.start else None
+
+
+def _ended_counted(obs: Observation, segment: Segment, run: str) -> float | None:
+    """``_follow_end``, where that follow counted every row it left unsent as lost."""
+    since = _follow_end(segment, run)
+    if since is None:
         return None
-    left, counted = _left_and_counted(_rows(obs, run), snap)
+    left, counted = _left_and_counted(_rows(obs, run), segment.snapshot[run])
     return since if len(left) <= counted else None
 
 
@@ -456,8 +461,10 @@ def _visibility(obs: Observation) -> Iterator[Violation]:
             continue
         seen.add((run, period[0]))
         what = f"{run}'s sink {mode} from {method} at +{t - obs.started:.2f} s"
+        # a permanent failure ends the run's follow: its state ``failed`` is what shows it
+        live = kind != "permanent"
         shown = _within(
-            obs, run, t, deadline, period[1], functools.partial(_troubled, run=run, kind=kind)
+            obs, run, t, deadline, period[1], functools.partial(_troubled, run=run, kind=kind), live
         )
         if shown is not None and not shown[1]:
             yield Violation(
@@ -469,7 +476,9 @@ def _visibility(obs: Observation) -> Iterator[Violation]:
             continue  # its own state and a failure count, not /healthz (issue 39)
         # a hung call is one running --stuck-after (where follow has it); then the deadline
         extra = (obs.stuck_after or 0.0) if kind == "hang" else 0.0
-        health = _within(obs, run, t, extra + deadline, period[1], lambda s: s["health"] != 200)
+        health = _within(
+            obs, run, t, extra + deadline, period[1], lambda s: s["health"] != 200, live
+        )
         if health is not None and not health[1]:
             yield Violation(
                 "fault-not-in-healthz",
@@ -486,13 +495,19 @@ def _within(
     deadline: float,
     fault_end: float,
     shows: Callable[[dict[str, Any]], bool],
+    live: bool = False,
 ) -> tuple[int, bool] | None:
     """Whether a scrape within ``deadline`` (+ the tolerance) of ``t`` ``shows`` it, with
     the follower's number; None when there is nothing to judge: the fault ended first, no
-    one follower lived through the window, or nothing was scraped in it."""
+    one follower lived through the window, nothing was scraped in it, or (``live``) the
+    run's follow ended in it (a drain at its end bounded by ``--shutdown-timeout``: the
+    call abandoned, the run ``done``, its exit code and warning say so)."""
     end = t + deadline + TOLERANCE_S
     segment = _segment_at(obs, t, end + SCRAPE_S)
     if fault_end < end + SCRAPE_S or segment is None or run in obs.deleted:
+        return None
+    over = _follow_end(segment, run) if live else None
+    if over is not None and over < end + SCRAPE_S:
         return None
     # a follower whose follow is over closes /metrics (a session's that failed) and goes:
     # a window it closed in judges nothing (its exit code says it)

@@ -200,6 +200,25 @@ def test_a_fault_metrics_never_show_is_caught(observed: Observation) -> None:
     assert {"fault-not-in-metrics", "fault-not-in-healthz"} <= _names(broken)
 
 
+def test_a_fault_the_runs_follow_ended_in_is_not_judged(observed: Observation) -> None:
+    """Seed 143: a close hung at the run's end, abandoned after ``--shutdown-timeout``
+    (1 s, under ``--stuck-after``): the run ``done`` (exit 4, ``timed_out`` in its
+    warning), nothing left to show in /healthz. A window the run's follow ended in
+    judges nothing; one it lived through is judged."""
+    broken = copy.deepcopy(observed)
+    for scrape in broken.scrapes:
+        scrape["metrics"] = [
+            m for m in scrape["metrics"] if "sink_down" not in m[0] and "state" not in m[0]
+        ]
+        scrape["health"] = 200
+    assert {"fault-not-in-metrics", "fault-not-in-healthz"} <= _names(broken)
+    first = min(t for t, _run, _method, mode, phase in broken.calls if phase == "start")
+    segment = next(s for s in broken.segments if s.start <= first <= (s.end or first))
+    snap = segment.snapshot["run1"]
+    snap["status"] = {**(snap["status"] or {}), "state": "done", "since": first + 0.2}
+    assert not {"fault-not-in-metrics", "fault-not-in-healthz"} & _names(broken)
+
+
 def test_memory_over_the_ceiling_is_caught(observed: Observation) -> None:
     broken = copy.deepcopy(observed)
     broken.scrapes[-1]["rss_kb"] = RSS_CEILING_KB + 1
