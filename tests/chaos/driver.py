@@ -451,7 +451,7 @@ class _Harness:
                 if isinstance(run, RealRun):  # what it held: the oracle, the folder gone
                     run.sample()
                     self.real_rows[run.plan.name] = read_rows(run.root / "aggregator" / "telemetry")
-                shutil.rmtree(run.root, ignore_errors=True)
+                _remove(run.root)
                 self.obs.deleted[run.plan.name] = time.time()
 
     def _switch(self, mode: str, run: str | None) -> None:
@@ -473,7 +473,8 @@ class _Harness:
         )
         try:
             self.start_follow()
-            if not self.schedule.real:  # beside a real run, /metrics comes with its database
+            # --session-root's /metrics comes with its run (once its folder is there)
+            if self.schedule.where == "logs-dir" and not self.schedule.real:
                 self._await_port(STARTUP_S)
             t0 = time.monotonic()
             for at, kind, item in pending:
@@ -485,8 +486,7 @@ class _Harness:
                     make = RealRun if self.schedule.real else _Run
                     run = self.runs[item.name] = make(item, self.logs, self.state, self.env)
                     run.aggregator_pid(STARTUP_S)
-                    if self.schedule.real:
-                        self._await_port(STARTUP_S)
+                    self._await_port(STARTUP_S)
                     # the schedule's times are of the runs' lives, however slow a start
                     self.obs.slip += time.monotonic() - began
                     t0 += time.monotonic() - began
@@ -510,8 +510,8 @@ class _Harness:
         """Sink up, live runs ended; the follower settles every run, and then the next
         one started does too (what it resumes, what it passes over)."""
         self.recovering.set()  # no fault switch flips after this
-        for path in self.sink.glob("switch.*"):
-            path.unlink()
+        for path in self.sink.glob("switch.*"):  # a late timer's temp file may go first
+            path.unlink(missing_ok=True)
         set_mode(self.sink, "up")
         self.obs.switches.append((time.time(), "up", "*"))
         for run in self.runs.values():  # a real orphan's ranks too: its aggregator stays
@@ -616,6 +616,16 @@ class _Harness:
         for run in self.runs.values():
             if run.alive() or run.orphaned or isinstance(run, RealRun):
                 run.kill_whole()
+
+
+def _remove(root: Path) -> None:
+    """``rm -rf`` until the folder is gone (10 s at most): a reader opening the database
+    as it goes makes a ``-shm`` file, and the last ``rmdir`` fails (seed 19)."""
+    deadline = time.monotonic() + 10
+    while root.exists() and time.monotonic() < deadline:
+        shutil.rmtree(root, ignore_errors=True)
+        if root.exists():
+            time.sleep(0.02)
 
 
 @functools.cache
