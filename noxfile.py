@@ -107,12 +107,19 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *ignore, *args, env=env)
 
 
-@nox.session(python=PYTHONS[-1], default=False)
+@nox.session(python=MAIN_PYTHON, venv_backend="virtualenv", default=False)
 def chaos(session: nox.Session) -> None:
     """``follow`` under random fault schedules, its invariants checked against the sink
     (tests/chaos/, docs/chaos.md): ``nox -s chaos -- --seeds 200`` runs seeds 0-199,
-    ``-- --seed 17`` replays one. CI runs a fixed sample in the tests session."""
-    _install_sdk(session, "test")
+    ``-- --seed 17`` replays one, ``-- --real 5`` runs five beside real ``traceml run``
+    jobs (torch's CPU wheel through pip first, as in ``traceml_real``: MAIN_PYTHON's).
+    CI runs a fixed sample in the tests session, and one real seed in traceml_real."""
+    if "--real" in session.posargs:
+        index = os.environ.get("TORCH_INDEX_URL")
+        session.install(TORCH_CPU, *(["--index-url", index] if index else []))
+        _fast_install(session, TRACEML_ORACLE)
+    groups = nox.project.dependency_groups(PYPROJECT, "test")
+    _fast_install(session, "-e", str(SDK), *groups)
     args = session.posargs or ["--seeds", "50"]
     session.run("python", "-m", "chaos", *args, env={"PYTHONPATH": str(ROOT / "tests")})
 

@@ -43,7 +43,9 @@ import orjson
 from _smoke import scaled, verdict
 from traceml_exporter_sdk import ExporterContext, ExportWorker, StepTimeRecord, records_from_payload
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "follow"))  # the no-op exporter
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the payloads builder
+from failing_exporter import NoOpExporter
 from payloads import meta
 
 RECORDS = scaled(1_000_000, 4_000)
@@ -108,20 +110,6 @@ def write_payloads(path: Path, records: int, rows: int) -> int:
         for index in range(count):
             fh.write(orjson.dumps(payload(index, rows)) + b"\n")
     return count
-
-
-class NoOpExporter:
-    def open(self) -> None:
-        pass
-
-    def write(self, records: Sequence[Any]) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self, *, dropped_batches: int = 0) -> None:
-        pass
 
 
 def no_op(context: ExporterContext) -> NoOpExporter:

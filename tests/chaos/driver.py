@@ -6,7 +6,9 @@ reads its RSS every ``SCRAPE_S``. After the last step the harness recovers: the 
 comes back, live runs end, a follower is started if none runs, and is left until every
 run is settled (``--logs-dir``: then SIGTERM). At each follower's end it snapshots each
 run's ``status.json``, ``finalization_warning.json`` and what the sink holds. All of it
-is an ``Observation``, which ``invariants.check`` judges.
+is an ``Observation``, which ``invariants.check`` judges. Beside real runs
+(``chaos.real``) a sampler thread notes what each database commits, and the rows are
+read from the databases at the end (a deleted run's just before it is deleted).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 
 from child_env import child_env
 
+from .real import RealRun, identity, read_rows
 from .schedule import STUCK_AFTER_S, RunPlan, Schedule, Step
 from .sink import open_store, set_mode
 
@@ -41,6 +44,9 @@ TESTS = Path(__file__).resolve().parents[1]
 SCRAPE_S = 0.1
 STARTUP_S = 30.0
 """How long a run or a follower may take to start on a loaded machine."""
+REAL_END_S = 120.0
+"""How long a real run may take to end once told (its training's step, TraceML's
+finalization and summary) on a loaded machine."""
 PORT_LINE = re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
 FOLLOW_DIR = Path("aggregator") / "follow"
 ENDED = ("done", "failed", "deleted")
@@ -96,6 +102,11 @@ class Observation:
     unsettled: list[str] = field(default_factory=list)
     unsettled_states: dict[str, str | None] = field(default_factory=dict)
     """Their state in ``status.json`` when the harness gave up waiting."""
+    real: bool = False
+    """Real ``traceml run`` jobs: the ledgers are the sampler's, the rows ``row_keys``."""
+    row_keys: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Real runs: each row's identity (``real.identity``) -> its number in the ledger, read
+    from the database at the end; the sink's keys are identities too."""
 
     def dump(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
@@ -224,12 +235,17 @@ class _Harness:
             OMP_NUM_THREADS="1",
             PYTHONUNBUFFERED="1",
         )
-        self.runs: dict[str, _Run] = {}
+        self.runs: dict[str, _Run | RealRun] = {}
+        self.real_rows: dict[str, dict[str, int] | None] = {}
+        """Real runs deleted: their rows, read just before."""
         self.follower: subprocess.Popen[str] | None = None
         self.segment: Segment | None = None
         self.port: int | None = None
         self.lock = threading.Lock()
         self.done = threading.Event()
+        """The schedule is over: the monitor and the sampler stop."""
+        self.recovering = threading.Event()
+        """Recovery began: no fault switch flips any more (a late timer's "up" does)."""
         self.obs = Observation(
             str(schedule),
             schedule.where,
@@ -238,6 +254,7 @@ class _Harness:
             schedule.idle_timeout,
             time.time(),
             stuck_after=STUCK_AFTER_S if _has_stuck_after(self.env["PYTHONPATH"]) else None,
+            real=schedule.real,
         )
 
     # -- the follower --------------------------------------------------------------
@@ -332,15 +349,23 @@ class _Harness:
                 "sink": sorted(sink.get(name, {})),
                 "at": now,
             }
-            for name, run in self.runs.items()
+            for name, run in list(self.runs.items())
         }
 
     def _sink_keys(self) -> dict[str, dict[str, int]]:
+        """run -> key -> how many times the sink holds it: the stream key (synthetic
+        runs: step_time alone), or the row's identity (real runs: seven streams)."""
         store = sqlite3.connect(
             f"{(self.sink / 'store.sqlite').as_uri()}?mode=ro", uri=True, timeout=60
         )
         try:
             out: dict[str, dict[str, int]] = {}
+            if self.schedule.real:
+                for run, stream, record in store.execute("SELECT run, stream, record FROM rows"):
+                    keys = out.setdefault(run, {})
+                    key = identity(stream, record)
+                    keys[key] = keys.get(key, 0) + 1
+                return out
             for run, key, count in store.execute(
                 "SELECT run, key, count(*) FROM rows GROUP BY run, key"
             ):
@@ -348,6 +373,13 @@ class _Harness:
             return out
         finally:
             store.close()
+
+    def sampler(self) -> None:
+        """What each real run's database commits, every ``SCRAPE_S`` (``RealRun.sample``)."""
+        while not self.done.wait(SCRAPE_S):
+            for name, run in list(self.runs.items()):
+                if isinstance(run, RealRun) and name not in self.obs.deleted:
+                    run.sample()
 
     def _await_port(self, wait: float) -> None:
         """Until the monitor knows the follower's /metrics port (``wait`` s at most)."""
@@ -416,11 +448,14 @@ class _Harness:
                 run.kill_whole()
                 self.obs.killed.setdefault(run.plan.name, ("whole", time.time()))
             if action == "run_delete":
-                shutil.rmtree(run.root, ignore_errors=True)
+                if isinstance(run, RealRun):  # what it held: the oracle, the folder gone
+                    run.sample()
+                    self.real_rows[run.plan.name] = read_rows(run.root / "aggregator" / "telemetry")
+                _remove(run.root)
                 self.obs.deleted[run.plan.name] = time.time()
 
     def _switch(self, mode: str, run: str | None) -> None:
-        if self.done.is_set() and mode != "up":
+        if self.recovering.is_set() and mode != "up":
             return
         set_mode(self.sink, mode, run)
         self.obs.switches.append((time.time(), mode, run))
@@ -428,6 +463,9 @@ class _Harness:
     def execute(self) -> Observation:
         monitor = threading.Thread(target=self.monitor, daemon=True)
         monitor.start()
+        sampler = threading.Thread(target=self.sampler, daemon=True)
+        if self.schedule.real:
+            sampler.start()
         pending = sorted(
             [(plan.start, "start", plan) for plan in self.schedule.runs]
             + [(step.t, "step", step) for step in self.schedule.steps],
@@ -435,7 +473,9 @@ class _Harness:
         )
         try:
             self.start_follow()
-            self._await_port(STARTUP_S)
+            # --session-root's /metrics comes with its run (once its folder is there)
+            if self.schedule.where == "logs-dir" and not self.schedule.real:
+                self._await_port(STARTUP_S)
             t0 = time.monotonic()
             for at, kind, item in pending:
                 time.sleep(max(0.0, t0 + at - time.monotonic()))
@@ -443,8 +483,10 @@ class _Harness:
                 if kind == "start":
                     assert isinstance(item, RunPlan)
                     began = time.monotonic()
-                    run = self.runs[item.name] = _Run(item, self.logs, self.state, self.env)
+                    make = RealRun if self.schedule.real else _Run
+                    run = self.runs[item.name] = make(item, self.logs, self.state, self.env)
                     run.aggregator_pid(STARTUP_S)
+                    self._await_port(STARTUP_S)
                     # the schedule's times are of the runs' lives, however slow a start
                     self.obs.slip += time.monotonic() - began
                     t0 += time.monotonic() - began
@@ -457,6 +499,8 @@ class _Harness:
         finally:
             self.done.set()
             monitor.join(5)
+            if sampler.is_alive():
+                sampler.join(5)
             self.teardown()
         return self.obs
 
@@ -465,19 +509,18 @@ class _Harness:
     def recover(self) -> None:
         """Sink up, live runs ended; the follower settles every run, and then the next
         one started does too (what it resumes, what it passes over)."""
-        self.done.set()  # no fault switch flips after this
-        for path in self.sink.glob("switch.*"):
-            path.unlink()
+        self.recovering.set()  # no fault switch flips after this
+        for path in self.sink.glob("switch.*"):  # a late timer's temp file may go first
+            path.unlink(missing_ok=True)
         set_mode(self.sink, "up")
         self.obs.switches.append((time.time(), "up", "*"))
-        self.done.clear()
-        for run in self.runs.values():
-            if run.alive() and not run.orphaned:
+        for run in self.runs.values():  # a real orphan's ranks too: its aggregator stays
+            if (run.alive() and not run.orphaned) or isinstance(run, RealRun):
                 run.end()
         for run in self.runs.values():
             if not run.orphaned:
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    run.launcher.wait(30)
+                    run.launcher.wait(REAL_END_S if isinstance(run, RealRun) else 30)
         self.end_follow()
         self._settle()
         self._settle()  # the next start
@@ -542,6 +585,17 @@ class _Harness:
         finally:
             store.close()
         for name, run in self.runs.items():
+            present: list[int] | None = None
+            if isinstance(run, RealRun):
+                if name in obs.deleted:
+                    rows = self.real_rows.get(name)
+                else:
+                    run.sample()
+                    rows = read_rows(run.root / "aggregator" / "telemetry")
+                    present = None if rows is None else sorted(rows.values())
+                obs.row_keys[name] = rows or {}
+            elif name not in obs.deleted:
+                present = _present_ids(run.root)
             obs.ledgers[name] = (
                 [json.loads(line) for line in run.ledger.read_text().splitlines() if line.strip()]
                 if run.ledger.exists()
@@ -550,7 +604,7 @@ class _Harness:
             obs.final[name] = {
                 "status": _read_json(run.root / FOLLOW_DIR / "status.json"),
                 "warning": _read_json(run.root / FOLLOW_DIR / "finalization_warning.json"),
-                "present_ids": _present_ids(run.root) if name not in obs.deleted else None,
+                "present_ids": present,
                 "exists": run.root.exists(),
             }
 
@@ -560,8 +614,18 @@ class _Harness:
             self.follower.wait(10)
         self.end_follow()
         for run in self.runs.values():
-            if run.alive() or run.orphaned:
+            if run.alive() or run.orphaned or isinstance(run, RealRun):
                 run.kill_whole()
+
+
+def _remove(root: Path) -> None:
+    """``rm -rf`` until the folder is gone (10 s at most): a reader opening the database
+    as it goes makes a ``-shm`` file, and the last ``rmdir`` fails (seed 19)."""
+    deadline = time.monotonic() + 10
+    while root.exists() and time.monotonic() < deadline:
+        shutil.rmtree(root, ignore_errors=True)
+        if root.exists():
+            time.sleep(0.02)
 
 
 @functools.cache

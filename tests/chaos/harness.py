@@ -1,6 +1,8 @@
 """Run schedules and report: ``python -m chaos --seeds N`` (seeds 0..N-1, or from
-``--first``), ``--seed S`` to replay one; each schedule is printed with what it broke.
-Exit 0 when every invariant held in every schedule, 1 otherwise."""
+``--first``), ``--seed S`` to replay one, ``--real N`` for N schedules of real
+``traceml run`` jobs (torch and traceml-ai installed; ``--first S --real 1`` replays
+one); each schedule is printed with what it broke. Exit 0 when every invariant held
+in every schedule, 1 otherwise, 2 when real runs cannot be made here."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from .driver import Observation, execute
 from .invariants import Violation, check
+from .real import available
 from .schedule import FAULTS, Schedule, generate
 
 __all__ = ["Outcome", "main", "run_seed"]
@@ -38,9 +41,10 @@ class Outcome:
         return "\n".join([head, *(f"     {v}" for v in self.violations)])
 
 
-def run_seed(seed: int, work: Path) -> Outcome:
-    """Generate, execute and check the schedule of ``seed`` in the folder ``work``."""
-    schedule = generate(seed)
+def run_seed(seed: int, work: Path, *, real: bool = False) -> Outcome:
+    """Generate, execute and check the schedule of ``seed`` in the folder ``work``
+    (``real``: beside real ``traceml run`` jobs)."""
+    schedule = generate(seed, real=real)
     started = time.monotonic()
     observation = execute(schedule, work)
     seconds = time.monotonic() - started
@@ -52,7 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=20, help="how many schedules (default 20)")
     parser.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
     parser.add_argument("--seed", type=int, action="append", help="replay this seed (repeatable)")
-    parser.add_argument("--jobs", type=int, default=2, help="schedules at once (default 2)")
+    parser.add_argument(
+        "--real",
+        type=int,
+        metavar="N",
+        help="N schedules of real `traceml run` jobs (from --first) instead of synthetic runs",
+    )
+    parser.add_argument(
+        "--jobs", type=int, help="schedules at once (default 2; 1 with --real: torch is heavy)"
+    )
     parser.add_argument("--keep", type=Path, help="keep each schedule's folder under this one")
     parser.add_argument("--dry-run", action="store_true", help="print the schedules, run none")
     parser.add_argument(
@@ -61,25 +73,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.recheck is not None:
         return _recheck(args.recheck)
-    seeds = list(dict.fromkeys(args.seed or range(args.first, args.first + args.seeds)))
+    real = args.real is not None
+    count = args.real if real else args.seeds
+    seeds = list(dict.fromkeys(args.seed or range(args.first, args.first + count)))
+    kind = "real schedules" if real else "schedules"
     if args.dry_run:
         for seed in seeds:
-            print(generate(seed))
-        print(f"\n{len(seeds)} schedules, seeds {_ranges(seeds)} (not run: --dry-run)")
+            print(generate(seed, real=real))
+        print(f"\n{len(seeds)} {kind}, seeds {_ranges(seeds)} (not run: --dry-run)")
         return 0
+    if real and (unavailable := available()) is not None:
+        print(f"python -m chaos --real: {unavailable}", file=sys.stderr)
+        return 2
     root = args.keep or Path(tempfile.mkdtemp(prefix="chaos-"))
 
     def one(seed: int) -> Outcome:
         work = root / f"seed{seed}"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        outcome = run_seed(seed, work)
+        outcome = run_seed(seed, work, real=real)
         print(outcome.report(), flush=True)
         if args.keep is None and not outcome.violations:
             shutil.rmtree(work, ignore_errors=True)
         return outcome
 
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+    jobs = args.jobs if args.jobs is not None else 1 if real else 2
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
         outcomes = list(pool.map(one, seeds))
     broken: dict[str, list[int]] = collections.defaultdict(list)
     for outcome in outcomes:
@@ -87,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             broken[name].append(outcome.schedule.seed)
     covered = collections.Counter(f for o in outcomes for f in o.schedule.faults)
     modes = collections.Counter(o.schedule.where for o in outcomes)
-    print(f"\n{len(outcomes)} schedules, seeds {_ranges(seeds)}; modes {dict(modes)}")
+    print(f"\n{len(outcomes)} {kind}, seeds {_ranges(seeds)}; modes {dict(modes)}")
     print("faults covered: " + ", ".join(f"{f} {covered[f]}" for f in FAULTS))
     missing = [f for f in FAULTS if not covered[f]]
     if missing:

@@ -5,6 +5,10 @@ What TraceML wrote comes from the synthetic aggregator's ledger (every commit an
 prune, outside the run folder) and what its database still holds; what was delivered
 from the sink's store, deduplicated on the stream key (``follow`` is at-least-once). A
 step_time row's id is its step + 1 (one table, AUTOINCREMENT from 1, no rollback).
+Beside a real ``traceml run`` (``obs.real``) the ledger is the harness's sampler's (when
+each id was first seen committed) and a row is known by its identity in
+``obs.row_keys``, read from the database at the end: there is no prune to judge
+(TraceML's retention at its default), the rest is judged the same.
 
 The names:
 
@@ -22,10 +26,12 @@ The names:
   ``--shutdown-timeout`` + 5 s, and the signal is named;
 - ``fault-not-in-metrics`` / ``fault-not-in-healthz``: a sink down or hung shows in
   both within two poll intervals of the first call that met it (``/healthz``, for a hung
-  call, once it has run ``--stuck-after``); one failing permanently shows its own state
-  and a failure count in ``/metrics``;
+  call, once it has run ``--stuck-after``) while the run's follow is live; one failing
+  permanently shows its own state and a failure count in ``/metrics``;
 - ``pruned-not-counted-when-pruned``: rows TraceML pruned during an outage, never read,
-  raise ``rows_pruned_total`` within two poll intervals;
+  raise ``rows_pruned_total`` within two poll intervals, while the run's follow is live
+  (one that ended counted the rows it left as lost, once, with its reason: a later
+  prune is not counted again; rows written after it are the next start's to count);
 - ``failure-not-counted``: a run whose exporter failed shows no failure in its status;
 - ``loss-not-counted``: a run's follow that ended (its state done, failed, deleted)
   left rows unsent that its ``status.json`` does not count as lost, with a reason;
@@ -86,6 +92,16 @@ class _Rows:
     prunes: list[tuple[float, int]]
     """(when, every id up to this one deleted)."""
     in_sink: set[int]
+    key_ids: dict[str, int] | None = None
+    """A real run's row numbers by identity (None: a synthetic run's stream keys)."""
+
+    def ids(self, keys: Iterable[str]) -> set[int]:
+        """The rows of these sink keys; a key of no row written gets a number of its own
+        below 0 (the sink holds a row nobody wrote)."""
+        if self.key_ids is None:
+            return _ids_of(keys)
+        known = self.key_ids
+        return {known.get(key, -1 - i) for i, key in enumerate(sorted(keys))}
 
     def pruned_by(self, at: float) -> int:
         return max((upto for t, upto in self.prunes if t <= at), default=0)
@@ -117,7 +133,9 @@ def _rows(obs: Observation, run: str) -> _Rows:
     end = max((s.end or 0.0 for s in obs.segments), default=0.0)
     for i in (obs.final.get(run) or {}).get("present_ids") or []:
         written.setdefault(i, end)  # committed, its ledger line cut off by a kill
-    return _Rows(written, prunes, _ids_of(obs.sink.get(run, {})))
+    rows = _Rows(written, prunes, set(), obs.row_keys.get(run, {}) if obs.real else None)
+    rows.in_sink = rows.ids(obs.sink.get(run, {}))
+    return rows
 
 
 def _first(ids: Iterable[int], n: int = 5) -> str:
@@ -299,7 +317,36 @@ def _had(obs: Observation, segment: Segment, run: str, before: float) -> bool:
 
 
 def _unsent(rows: _Rows, sink: Iterable[str], at: float) -> set[int]:
-    return rows.still_there(at) - _ids_of(sink)
+    return rows.still_there(at) - rows.ids(sink)
+
+
+def _left_and_counted(rows: _Rows, snap: dict[str, Any]) -> tuple[set[int], int]:
+    """The rows a run's ended follow left unsent at its end, and how many its
+    ``status.json`` counts as lost (any reason)."""
+    status = snap.get("status") or {}
+    since = float(status.get("since") or snap["at"]) - UNCOUNTED_MARGIN_S
+    counted = sum(int(n) for n in (status.get("lost") or {}).values())
+    return _unsent(rows, snap["sink"], since), counted
+
+
+def _follow_end(segment: Segment, run: str) -> float | None:
+    """When ``segment``'s follower ended its follow of ``run`` (its status, at the
+    follower's end, says an ended state since then); None: it went on to the follower's
+    end."""
+    status = (segment.snapshot.get(run) or {}).get("status") or {}
+    if status.get("state") not in ENDED or float(status.get("updated") or 0) < segment.start:
+        return None
+    since = float(status.get("since") or 0)
+    return since if since >= segment.start else None
+
+
+def _ended_counted(obs: Observation, segment: Segment, run: str) -> float | None:
+    """``_follow_end``, where that follow counted every row it left unsent as lost."""
+    since = _follow_end(segment, run)
+    if since is None:
+        return None
+    left, counted = _left_and_counted(_rows(obs, run), segment.snapshot[run])
+    return since if len(left) <= counted else None
 
 
 def _complete(obs: Observation) -> Iterator[Violation]:
@@ -318,9 +365,7 @@ def _complete(obs: Observation) -> Iterator[Violation]:
                     f"'complete' with {_first(unsent)} not in the sink",
                 )
             if fresh and status.get("state") in ENDED:
-                since = float(status.get("since") or snap["at"]) - UNCOUNTED_MARGIN_S
-                left = _unsent(rows, snap["sink"], since)
-                counted = sum(int(n) for n in (status.get("lost") or {}).values())
+                left, counted = _left_and_counted(rows, snap)
                 if len(left) > counted:
                     yield Violation(
                         "loss-not-counted",
@@ -416,8 +461,10 @@ def _visibility(obs: Observation) -> Iterator[Violation]:
             continue
         seen.add((run, period[0]))
         what = f"{run}'s sink {mode} from {method} at +{t - obs.started:.2f} s"
+        # a permanent failure ends the run's follow: its state ``failed`` is what shows it
+        live = kind != "permanent"
         shown = _within(
-            obs, run, t, deadline, period[1], functools.partial(_troubled, run=run, kind=kind)
+            obs, run, t, deadline, period[1], functools.partial(_troubled, run=run, kind=kind), live
         )
         if shown is not None and not shown[1]:
             yield Violation(
@@ -429,7 +476,9 @@ def _visibility(obs: Observation) -> Iterator[Violation]:
             continue  # its own state and a failure count, not /healthz (issue 39)
         # a hung call is one running --stuck-after (where follow has it); then the deadline
         extra = (obs.stuck_after or 0.0) if kind == "hang" else 0.0
-        health = _within(obs, run, t, extra + deadline, period[1], lambda s: s["health"] != 200)
+        health = _within(
+            obs, run, t, extra + deadline, period[1], lambda s: s["health"] != 200, live
+        )
         if health is not None and not health[1]:
             yield Violation(
                 "fault-not-in-healthz",
@@ -446,13 +495,19 @@ def _within(
     deadline: float,
     fault_end: float,
     shows: Callable[[dict[str, Any]], bool],
+    live: bool = False,
 ) -> tuple[int, bool] | None:
     """Whether a scrape within ``deadline`` (+ the tolerance) of ``t`` ``shows`` it, with
     the follower's number; None when there is nothing to judge: the fault ended first, no
-    one follower lived through the window, or nothing was scraped in it."""
+    one follower lived through the window, nothing was scraped in it, or (``live``) the
+    run's follow ended in it (a drain at its end bounded by ``--shutdown-timeout``: the
+    call abandoned, the run ``done``, its exit code and warning say so)."""
     end = t + deadline + TOLERANCE_S
     segment = _segment_at(obs, t, end + SCRAPE_S)
     if fault_end < end + SCRAPE_S or segment is None or run in obs.deleted:
+        return None
+    over = _follow_end(segment, run) if live else None
+    if over is not None and over < end + SCRAPE_S:
         return None
     # a follower whose follow is over closes /metrics (a session's that failed) and goes:
     # a window it closed in judges nothing (its exit code says it)
@@ -481,6 +536,10 @@ def _pruned_in_time(obs: Observation, deadline: float) -> Iterator[Violation]:
             end = t + deadline + TOLERANCE_S
             segment = _segment_at(obs, t, end + SCRAPE_S)
             if segment is None or outage[1] < end:
+                continue
+            # a follow over (its unsent rows counted lost, each once) does not count them again
+            over = _ended_counted(obs, segment, run)
+            if over is not None and over < end + SCRAPE_S:
                 continue
             earlier = [s for s in obs.scrapes if s["segment"] == segment.index and s["t"] < t]
             base = _value(earlier[-1], PRUNED_TOTAL, run) if earlier else None

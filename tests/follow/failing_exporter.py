@@ -1,5 +1,6 @@
-"""Exporters that fail on purpose, for the follower's fault tests, and one that shows the
-context it was given.
+"""Exporters that fail on purpose, for the follower's fault tests, one that shows the
+context it was given, and ``NoOpExporter``, which does nothing (the base of those that
+act in one method only; the benchmarks' exporter that costs nothing).
 
 ``make_exporter``: ``write`` raises on the Nth call (``FAIL_AFTER_WRITES``); it keeps
 nothing, so it has nothing to release. ``make_flaky``: the jsonl exporter whose first
@@ -36,23 +37,30 @@ def _error() -> Exception:
     return SinkDownError(said or "the sink went away")
 
 
-class FailingExporter:
-    def __init__(self, context: Any) -> None:
-        self._left = int(os.environ.get("FAIL_AFTER_WRITES", "1"))
+class NoOpExporter:
+    """Takes everything and does nothing with it."""
 
     def open(self) -> None:
         pass
 
     def write(self, records: Sequence[Any]) -> None:
-        self._left -= 1
-        if self._left <= 0:
-            raise _error()
+        pass
 
     def flush(self) -> None:
         pass
 
     def close(self, *, dropped_batches: int = 0) -> None:
         pass
+
+
+class FailingExporter(NoOpExporter):
+    def __init__(self, context: Any) -> None:
+        self._left = int(os.environ.get("FAIL_AFTER_WRITES", "1"))
+
+    def write(self, records: Sequence[Any]) -> None:
+        self._left -= 1
+        if self._left <= 0:
+            raise _error()
 
 
 def make_exporter(context: Any) -> FailingExporter:
@@ -113,7 +121,7 @@ def make_flaky(context: Any) -> FlakyJsonl:
     return FlakyJsonl(context)
 
 
-class SessionRootProbe:
+class SessionRootProbe(NoOpExporter):
     """Writes the ``session_root`` it was given to ``<export_dir>/session_root.txt``, once
     per instance (one line each): what a sink would key the run by."""
 
@@ -124,15 +132,6 @@ class SessionRootProbe:
         Path(self._context.export_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(self._context.export_dir) / "session_root.txt", "a") as fh:
             fh.write(f"{self._context.session_root}\n")
-
-    def write(self, records: Sequence[Any]) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self, *, dropped_batches: int = 0) -> None:
-        pass
 
 
 def make_probe(context: Any) -> SessionRootProbe:

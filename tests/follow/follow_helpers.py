@@ -3,10 +3,14 @@ and read what it exported (its bookmark and status: ``follow_files.py``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +118,43 @@ def catches(process: subprocess.Popen[str], signum: int) -> bool:
         if line.startswith("SigCgt:"):
             return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
     return False
+
+
+def steps(root: Path) -> Counter[int]:
+    """How many times each step's step_time record was exported."""
+    return Counter(line["step"] for line in exported(root).get("step_time", []))
+
+
+ORPHAN = """
+import os, sqlite3, subprocess, sys, time
+if sys.argv[1] == "launcher":
+    child = subprocess.Popen([sys.executable, "-c", sys.argv[2], "aggregator", sys.argv[3]])
+    print(child.pid, flush=True)
+    time.sleep(600)
+else:
+    connection = sqlite3.connect(sys.argv[2])
+    connection.execute("SELECT count(*) FROM step_time_samples").fetchall()
+    time.sleep(600)
+"""
+"""A launcher and its aggregator child, which holds the database open, as TraceML's."""
+
+
+@contextlib.contextmanager
+def orphan_launcher(database: Path) -> Iterator[subprocess.Popen[str]]:
+    """TraceML's launcher and aggregator stand-ins on ``database``: kill the launcher it
+    yields and the aggregator lives on, orphaned. Both are killed on the way out."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN, "launcher", ORPHAN, str(database)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert launcher.stdout is not None
+    aggregator = int(launcher.stdout.readline())
+    try:
+        yield launcher
+    finally:
+        launcher.kill()
+        launcher.wait(10)
+        launcher.stdout.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(aggregator, signal.SIGKILL)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from failing_exporter import NoOpExporter
 from traceml_exporter_sdk.jsonl import make_exporter as make_jsonl
 
 
@@ -54,7 +55,7 @@ def make_hanging(context: Any) -> HangingJsonl:
     return HangingJsonl(context)
 
 
-class BadPort:
+class BadPort(NoOpExporter):
     """A sink whose setting cannot be parsed: no new instance will ever open."""
 
     def __init__(self, context: Any) -> None:
@@ -62,15 +63,6 @@ class BadPort:
 
     def open(self) -> None:
         int(self._port)
-
-    def write(self, records: Sequence[Any]) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self, *, dropped_batches: int = 0) -> None:
-        pass
 
 
 def make_bad_port(context: Any) -> BadPort:

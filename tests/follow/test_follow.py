@@ -30,16 +30,10 @@ from follow_helpers import (
     exported,
     finish,
     follow,
+    orphan_launcher,
 )
 from waiting import wait_for
 from writer050 import Writer050, corpus_records_050, step_records
-
-
-@pytest.fixture
-def run(tmp_path: Path) -> Iterator[Writer050]:
-    writer = Writer050(tmp_path / "logs" / "run1")
-    yield writer
-    writer.disconnect()
 
 
 def test_every_row_of_a_live_run_reaches_the_exporter_once(run: Writer050) -> None:
@@ -285,19 +279,6 @@ def test_a_whole_run_killed_ends_without_waiting_for_a_mark(run: Writer050) -> N
     assert exported(run.root) == expected([records])
 
 
-ORPHAN = """
-import os, sqlite3, subprocess, sys, time
-if sys.argv[1] == "launcher":
-    child = subprocess.Popen([sys.executable, "-c", sys.argv[2], "aggregator", sys.argv[3]])
-    print(child.pid, flush=True)
-    time.sleep(600)
-else:
-    connection = sqlite3.connect(sys.argv[2])
-    connection.execute("SELECT count(*) FROM step_time_samples").fetchall()
-    time.sleep(600)
-"""
-
-
 def test_an_orphaned_aggregator_quiet_past_the_idle_timeout_ends_unfinished(
     run: Writer050,
 ) -> None:
@@ -305,24 +286,13 @@ def test_an_orphaned_aggregator_quiet_past_the_idle_timeout_ends_unfinished(
     applies to it (a run whose launcher lives is only quiet, see test_follow_service)."""
     run.flush(step_records(0, 10))
     run.disconnect()
-    launcher = subprocess.Popen(
-        [sys.executable, "-c", ORPHAN, "launcher", ORPHAN, str(run.root / "aggregator/telemetry")],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert launcher.stdout is not None
-    aggregator = int(launcher.stdout.readline())
-    try:
+    with orphan_launcher(run.root / "aggregator/telemetry") as launcher:
         follower = follow(run.root, "--idle-timeout", "1.5")
         # once a flush returned, it has read rows and noted the aggregator and its launcher
         wait_for(lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"))
         launcher.kill()
         launcher.wait(10)
         code, out, _err = finish(follower)
-    finally:
-        launcher.stdout.close()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(aggregator, signal.SIGKILL)
     assert code == EXIT_INCOMPLETE, out
     assert "no new row for --idle-timeout" in out
     assert len(exported(run.root)["step_time"]) == 10

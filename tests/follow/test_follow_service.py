@@ -13,8 +13,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,26 +25,15 @@ from follow_helpers import (
     EXIT_LOCKED,
     EXIT_PERMANENT,
     catches,
-    exported,
     finish,
     follow,
+    steps,
 )
 from waiting import wait_for
 from writer050 import Writer050, step_records
 
 FLAKY = "failing_exporter:make_flaky"
 QUICK_RETRY = ["--retry-max-interval", "0.2"]
-
-
-@pytest.fixture
-def run(tmp_path: Path) -> Iterator[Writer050]:
-    writer = Writer050(tmp_path / "logs" / "run1")
-    yield writer
-    writer.disconnect()
-
-
-def steps(root: Path) -> Counter[int]:
-    return Counter(line["step"] for line in exported(root).get("step_time", []))
 
 
 def feed(run: Writer050, start: int, count: int, per_flush: int = 25) -> None:

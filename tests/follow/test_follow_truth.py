@@ -5,20 +5,15 @@ fix it names; ``tests/chaos`` checks the same invariants over random fault sched
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,9 +23,10 @@ from follow_helpers import (
     EXIT_INCOMPLETE,
     EXIT_PERMANENT,
     catches,
-    exported,
     finish,
     follow,
+    orphan_launcher,
+    steps,
 )
 from traceml_exporter_sdk import ExporterContext, ExportWorker
 from traceml_exporter_sdk._bridge.follow.follower import Follower
@@ -43,17 +39,6 @@ from writer050 import Writer050, step_records
 HANGING = "hanging_exporter:make_hanging"
 FLAKY = "failing_exporter:make_flaky"
 SERVICE = ["--runs-poll-interval", "0.2", "--metrics-port", "0"]
-
-
-@pytest.fixture
-def run(tmp_path: Path) -> Iterator[Writer050]:
-    writer = Writer050(tmp_path / "logs" / "run1")
-    yield writer
-    writer.disconnect()
-
-
-def steps(root: Path) -> Counter[int]:
-    return Counter(line["step"] for line in exported(root).get("step_time", []))
 
 
 def feed(run: Writer050, start: int, count: int, per_flush: int = 25) -> None:
@@ -237,18 +222,6 @@ def test_a_permanent_failure_in_a_logs_folder_is_its_own_state_and_the_exit_code
 
 # -- 4. orphans and the dead -------------------------------------------------------------
 
-ORPHAN = """
-import os, sqlite3, subprocess, sys, time
-if sys.argv[1] == "launcher":
-    child = subprocess.Popen([sys.executable, "-c", sys.argv[2], "aggregator", sys.argv[3]])
-    print(child.pid, flush=True)
-    time.sleep(600)
-else:
-    connection = sqlite3.connect(sys.argv[2])
-    connection.execute("SELECT count(*) FROM step_time_samples").fetchall()
-    time.sleep(600)
-"""
-
 
 @pytest.mark.parametrize("seen", [True, False], ids=["launcher-seen", "never-seen"])
 def test_after_a_restart_an_orphaned_run_ends_unfinished(run: Writer050, seen: bool) -> None:
@@ -256,14 +229,7 @@ def test_after_a_restart_an_orphaned_run_ends_unfinished(run: Writer050, seen: b
     the aggregator alive, adopted by init: quiet past --idle-timeout, it is NOT FINISHED."""
     run.flush(step_records(0, 10))
     run.disconnect()
-    launcher = subprocess.Popen(
-        [sys.executable, "-c", ORPHAN, "launcher", ORPHAN, str(run.root / "aggregator/telemetry")],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert launcher.stdout is not None
-    aggregator = int(launcher.stdout.readline())
-    try:
+    with orphan_launcher(run.root / "aggregator/telemetry") as launcher:
         if seen:
             first = follow(run.root, "--idle-timeout", "1.5")
             wait_for(lambda: (bookmark(run.root) or {}).get("last_id", {}).get("step_time_samples"))
@@ -272,10 +238,6 @@ def test_after_a_restart_an_orphaned_run_ends_unfinished(run: Writer050, seen: b
         launcher.kill()
         launcher.wait(10)
         code, out, _err = finish(follow(run.root, "--idle-timeout", "1.5"), timeout=30)
-    finally:
-        launcher.stdout.close()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(aggregator, signal.SIGKILL)
     assert code == EXIT_INCOMPLETE, out
     assert "NOT FINISHED" in out
     assert set(steps(run.root)) == set(range(10))
