@@ -22,16 +22,18 @@ running side by side on shared cores would make its floor a coin toss.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import queue
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +122,10 @@ def baked_target(name: str, project: Path) -> Target:
 
 @dataclass
 class Outcome:
-    """One mutant's fate: ``killed``, ``survived`` or ``timeout`` (counted as killed)."""
+    """One mutant's fate in each run: ``survived`` (pytest passed), ``killed`` (a test
+    failed, or the mutant broke collection), ``timeout`` (counted as killed) or
+    ``error`` (pytest could not test it: internal or usage error, nothing collected, a
+    signal); an ``error`` fails the session, since nothing was learnt about the mutant."""
 
     mutant: Mutant
     module: str
@@ -130,11 +135,15 @@ class Outcome:
 
     @property
     def killed_by_suite(self) -> bool:
-        return self.suite != "survived"
+        return self.suite in ("killed", "timeout")
 
     @property
     def killed(self) -> bool:
-        return self.killed_by_suite or self.own != "survived"
+        return self.killed_by_suite or self.own in ("killed", "timeout")
+
+    @property
+    def error(self) -> bool:
+        return "error" in (self.suite, self.own)
 
 
 @dataclass
@@ -179,7 +188,20 @@ class Worker:
             )
         except subprocess.TimeoutExpired:
             return "timeout"
-        return "survived" if done.returncode == 0 else "killed"
+        return verdict(done.returncode)
+
+
+PYTEST_KILLS = (1, 2)
+"""pytest's exit codes that kill a mutant: tests failed (1), collection failed (2: the
+mutant does not import). 3 (internal error), 4 (usage error), 5 (no tests collected)
+and a signal say the run tested nothing."""
+
+
+def verdict(returncode: int) -> str:
+    """``survived``, ``killed`` or ``error`` for a pytest exit code."""
+    if returncode == 0:
+        return "survived"
+    return "killed" if returncode in PYTEST_KILLS else "error"
 
 
 def baseline(worker: Worker) -> tuple[float, float]:
@@ -226,7 +248,7 @@ def run_all(
             else:
                 suite = worker.run((*target.suite, *SUITE_ONLY), timeouts[0])
                 outcome = Outcome(mutant, module, suite)
-            if not outcome.killed_by_suite:
+            if outcome.suite == "survived":
                 outcome.own = worker.run(target.own, timeouts[1])
         finally:
             path.write_text(original, encoding="utf-8")
@@ -234,13 +256,15 @@ def run_all(
         outcome.seconds = time.monotonic() - start
         with lock:
             done.append(outcome)
-            verdict = (
-                "killed by the suite"
+            said = (
+                "ERROR: pytest tested nothing"
+                if outcome.error
+                else "killed by the suite"
                 if outcome.killed_by_suite
                 else ("killed by its own tests" if outcome.killed else "SURVIVED")
             )
             print(
-                f"[{len(done)}/{len(selected)}] {mutant.id} ({outcome.seconds:.0f} s): {verdict}",
+                f"[{len(done)}/{len(selected)}] {mutant.id} ({outcome.seconds:.0f} s): {said}",
                 flush=True,
             )
         return outcome
@@ -249,17 +273,28 @@ def run_all(
         return list(pool.map(one, selected))
 
 
-def load_reviewed(target: str, path: Path = SURVIVORS) -> dict[str, tuple[str, str]]:
-    """The reviewed survivors of ``target``: mutant id -> (class, reason)."""
+@dataclass(frozen=True)
+class Review:
+    """One reviewed survivor: its class, the change it was reviewed for, and why."""
+
+    kind: str
+    change: str
+    """The mutant's one-line description when it was reviewed (``--list`` prints it)."""
+    reason: str
+
+
+def load_reviewed(target: str, path: Path = SURVIVORS) -> dict[str, Review]:
+    """The reviewed survivors of ``target``: mutant id -> its review."""
     data = tomllib.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     out = {}
     for mutant_id, entry in data.get(target, {}).items():
-        kind, reason = entry.get("class"), entry.get("reason", "")
-        if kind not in CLASSES or not reason.strip():
+        kind, change, reason = entry.get("class"), entry.get("change", ""), entry.get("reason", "")
+        if kind not in CLASSES or not reason.strip() or not change.strip():
             raise SystemExit(
-                f"{path}: [{target}] {mutant_id!r} needs a class of {CLASSES} and a reason"
+                f"{path}: [{target}] {mutant_id!r} needs a class of {CLASSES}, the change "
+                "it was reviewed for and a reason"
             )
-        out[mutant_id] = (kind, reason)
+        out[mutant_id] = Review(kind, change, reason)
     return out
 
 
@@ -273,6 +308,11 @@ class Score:
     equivalent: int = 0
     contract_survivors: int = 0
     unreviewed: list[str] = field(default_factory=list)
+    """Survivors the list does not name."""
+    stale: list[str] = field(default_factory=list)
+    """Survivors the list names for another change (the code moved under the id)."""
+    errors: list[str] = field(default_factory=list)
+    """Mutants pytest could not test: left out of the figures, and a failure."""
 
     @property
     def contract(self) -> int:
@@ -290,17 +330,27 @@ class Score:
     def combined_score(self) -> float:
         return self.killed / self.non_equivalent if self.non_equivalent else 1.0
 
-    def add(self, outcome: Outcome, reviewed: dict[str, tuple[str, str]]) -> None:
+    def add(self, outcome: Outcome, reviewed: dict[str, Review]) -> None:
+        if outcome.error:
+            self.errors.append(outcome.mutant.id)
+            return
         self.mutants += 1
         self.suite_killed += outcome.killed_by_suite
         self.killed += outcome.killed
         if outcome.killed_by_suite:
             return
-        kind = reviewed.get(outcome.mutant.id, (None, ""))[0]
-        if kind is None:
+        review = reviewed.get(outcome.mutant.id)
+        if review is None:
             self.unreviewed.append(outcome.mutant.id)
-        self.equivalent += kind == "equivalent"
-        self.contract_survivors += kind == "contract"
+            return
+        if review.change != outcome.mutant.description:
+            self.stale.append(
+                f"{outcome.mutant.id} (reviewed for {review.change}, now "
+                f"{outcome.mutant.description})"
+            )
+            return
+        self.equivalent += review.kind == "equivalent"
+        self.contract_survivors += review.kind == "contract"
 
     def line(self, label: str) -> str:
         return (
@@ -311,9 +361,12 @@ class Score:
         )
 
 
-def report(target: str, outcomes: Sequence[Outcome], *, full: bool) -> int:
-    """Print the scores and the survivors; 1 when a survivor is unreviewed or a target missed."""
-    reviewed = load_reviewed(target)
+def report(
+    target: str, outcomes: Sequence[Outcome], *, full: bool, survivors: Path = SURVIVORS
+) -> int:
+    """Print the scores and the survivors; 1 when a survivor is not reviewed (or reviewed
+    for another change), a mutant was not tested, none ran, or a target is missed."""
+    reviewed = load_reviewed(target, survivors)
     modules: dict[str, Score] = {}
     total = Score()
     for outcome in outcomes:
@@ -324,50 +377,145 @@ def report(target: str, outcomes: Sequence[Outcome], *, full: bool) -> int:
         print(score.line(module))
     print(total.line("all modules"))
     for outcome in outcomes:
-        if not outcome.killed_by_suite:
-            kind, reason = reviewed.get(outcome.mutant.id, ("UNREVIEWED", ""))
+        if outcome.suite == "survived":
+            review = reviewed.get(outcome.mutant.id)
+            kind = review.kind if review else "UNREVIEWED"
             own = "killed by own tests" if outcome.killed else "survives both"
             print(
                 f"  survivor {outcome.mutant.id} [{kind}, {own}] line {outcome.mutant.line}: "
-                f"{outcome.mutant.description}" + (f" -- {reason}" if reason else "")
+                f"{outcome.mutant.description}" + (f" -- {review.reason}" if review else "")
             )
-    status = 0
+    failures = []
+    if not outcomes:
+        failures.append("no mutant ran: the gate saw nothing")
     if total.unreviewed:
-        print(
-            f"FAIL: {len(total.unreviewed)} survivor(s) not in {SURVIVORS.name}: "
+        failures.append(
+            f"{len(total.unreviewed)} survivor(s) not in {survivors.name}: "
             + ", ".join(total.unreviewed)
         )
-        status = 1
+    if total.stale:
+        failures.append(
+            f"{len(total.stale)} survivor(s) reviewed for another change (review them again): "
+            + "; ".join(total.stale)
+        )
+    if total.errors:
+        failures.append(
+            f"{len(total.errors)} mutant(s) pytest could not test (exit 3, 4, 5 or a signal; "
+            "run one with --only to see why): " + ", ".join(total.errors)
+        )
     if full:
-        seen = {o.mutant.id for o in outcomes if not o.killed_by_suite}
+        seen = {o.mutant.id for o in outcomes if o.suite == "survived"}
         stale = sorted(set(reviewed) - seen)
         if stale:
             print(f"note: {len(stale)} reviewed survivor(s) no longer survive: {', '.join(stale)}")
         if total.suite_score < SUITE_TARGET:
-            print(
-                f"FAIL: the suite kills {total.suite_score:.1%} of the contract mutants, "
+            failures.append(
+                f"the suite kills {total.suite_score:.1%} of the contract mutants, "
                 f"target {SUITE_TARGET:.0%}"
             )
-            status = 1
         if total.combined_score < COMBINED_TARGET:
-            print(
-                f"FAIL: suite + own tests kill {total.combined_score:.1%} of the non-equivalent "
+            failures.append(
+                f"suite + own tests kill {total.combined_score:.1%} of the non-equivalent "
                 f"mutants, target {COMBINED_TARGET:.0%}"
             )
-            status = 1
-    return status
+    for failure in failures:
+        print(f"FAIL: {failure}")
+    return 1 if failures else 0
 
 
-def select(target: Target, only: Sequence[str]) -> list[tuple[str, Mutant]]:
+def _runtime_names(node: ast.AST) -> Iterator[str]:
+    """The names ``node`` reads when it runs: loaded names, attributes and imports, not
+    annotations (``from __future__ import annotations`` leaves those unevaluated)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, ast.Name) and isinstance(item.ctx, ast.Load):
+            yield item.id
+        elif isinstance(item, ast.Attribute):
+            yield item.attr
+        elif isinstance(item, ast.alias):
+            yield item.name.rpartition(".")[2]
+        for name, value in ast.iter_fields(item):
+            if name in ("annotation", "returns", "type_params"):
+                continue
+            children = value if isinstance(value, list) else [value]
+            stack += [child for child in children if isinstance(child, ast.AST)]
+
+
+def unused_code(package_dir: Path, modules: Sequence[str]) -> dict[str, list[tuple[str, int, int]]]:
+    """Per module of ``modules``, its top-level functions, classes and assignments that no
+    code of the package uses at run time (outside their own body), and its protocols (an
+    interface's declarations), with their lines: the shared layers' helpers a bake does
+    not call, type variables and aliases.
+
+    A mutant there changes nothing the package does (equivalent by construction), so it
+    is listed, not run. A name in ``__all__``, a docstring or an annotation is no use; an
+    import is (``__init__``'s public names).
+    """
+    trees = {
+        path.relative_to(package_dir).as_posix(): ast.parse(path.read_text(encoding="utf-8"))
+        for path in sorted(package_dir.rglob("*.py"))
+    }
+    uses: dict[str, int] = {}
+    for tree in trees.values():
+        for name in _runtime_names(tree):
+            uses[name] = uses.get(name, 0) + 1
+    out: dict[str, list[tuple[str, int, int]]] = {}
+    for module in modules:
+        for node in trees[module].body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign) and all(
+                isinstance(t, ast.Name) for t in node.targets
+            ):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+                if "__all__" in names:
+                    continue
+            else:
+                continue
+            protocol = isinstance(node, ast.ClassDef) and any(
+                getattr(base, "id", getattr(base, "attr", "")) == "Protocol" for base in node.bases
+            )
+            inside = list(_runtime_names(node))
+            if protocol or all(uses.get(name, 0) == inside.count(name) for name in names):
+                end = node.end_lineno or node.lineno
+                out.setdefault(module, []).append((names[0], node.lineno, end))
+    return out
+
+
+def select(
+    target: Target, only: Sequence[str], *, unused: list[str] | None = None
+) -> list[tuple[str, Mutant]]:
+    """The mutants to run (``only``: these ids); those in code the package never uses are
+    left out, their ids appended to ``unused``."""
+    package_dir = target.package_root / target.package
+    dead = unused_code(package_dir, target.modules)
     out = []
     for module in target.modules:
-        path = target.package_root / target.package / module
-        out += [(module, m) for m in mutants(path, label=module)]
+        spans = dead.get(module, [])
+        for mutant in mutants(package_dir / module, label=module):
+            if any(first <= mutant.line <= last for _, first, last in spans):
+                if unused is not None:
+                    unused.append(mutant.id)
+                continue
+            out.append((module, mutant))
     if only:
         missing = set(only) - {m.id for _, m in out}
         if missing:
-            raise SystemExit(f"no such mutant: {', '.join(sorted(missing))}")
+            raise SystemExit(f"no such mutant (or in unused code): {', '.join(sorted(missing))}")
         out = [item for item in out if item[1].id in only]
+    return out
+
+
+def saved_outcomes(path: Path, selected: Sequence[tuple[str, Mutant]]) -> list[Outcome]:
+    """The outcomes a ``--json`` run saved, of the mutants still selected (same ids and
+    changes: a mutant whose change differs now was not run as it is)."""
+    saved = {item["id"]: item for item in json.loads(path.read_text(encoding="utf-8"))}
+    out = []
+    for module, mutant in selected:
+        item = saved.get(mutant.id)
+        if item is not None and item["description"] == mutant.description:
+            out.append(Outcome(mutant, module, item["suite"], item["own"], item["seconds"]))
     return out
 
 
@@ -382,18 +530,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--own-only", action="store_true", help="skip the suite: the own tests on --only mutants"
     )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        help="report the outcomes a --json run saved (with today's list and selection), run none",
+    )
+    parser.add_argument(
+        "--sample", type=int, help="run this many mutants, drawn with --seed (a partial run)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the draw of --sample")
+    parser.add_argument(
+        "--survivors", type=Path, default=SURVIVORS, help="the reviewed survivors list"
+    )
     args = parser.parse_args(argv)
     target = (
         jsonl_target() if args.baked is None else baked_target(args.target, args.baked.resolve())
     )
-    selected = select(target, args.only)
+    unused: list[str] = []
+    selected = select(target, args.only, unused=unused)
+    if args.sample is not None and args.sample < len(selected):
+        keep = set(random.Random(args.seed).sample(range(len(selected)), args.sample))
+        selected = [item for index, item in enumerate(selected) if index in keep]
+        print(f"{target.name}: a sample of {args.sample} mutants, seed {args.seed}", flush=True)
+    if unused and not args.only:
+        functions = sorted({i.rsplit(":", 2)[0] for i in unused})
+        print(
+            f"{target.name}: {len(unused)} mutants left out, in code the package never uses: "
+            + ", ".join(functions),
+            flush=True,
+        )
     if args.list:
         for _, mutant in selected:
             print(f"{mutant.id}\tline {mutant.line}\t{mutant.description}")
         return 0
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"mutation-{target.name}-") as folder:
-        outcomes = run_all(target, selected, args.jobs, Path(folder), own_only=args.own_only)
+    if args.from_json is not None:
+        outcomes = saved_outcomes(args.from_json, selected)
+    else:
+        with tempfile.TemporaryDirectory(prefix=f"mutation-{target.name}-") as folder:
+            outcomes = run_all(target, selected, args.jobs, Path(folder), own_only=args.own_only)
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -413,7 +588,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             encoding="utf-8",
         )
-    status = report(target.name, outcomes, full=not args.only and not args.own_only)
+    full = not args.only and not args.own_only and args.sample is None
+    status = report(target.name, outcomes, full=full, survivors=args.survivors)
     print(f"{target.name}: {len(outcomes)} mutants in {time.monotonic() - start:.0f} s")
     return status
 

@@ -105,7 +105,11 @@ def test_the_reviewed_list_names_only_mutants_that_exist_with_a_class_and_reason
 
 def test_scores_count_the_classes() -> None:
     sample = next(m for m in mutants(JSONL, label="jsonl.py"))
-    reviewed = {"a": ("equivalent", "x"), "b": ("format", "y"), "c": ("contract", "z")}
+    reviewed = {
+        "a": run.Review("equivalent", "", "x"),
+        "b": run.Review("format", "", "y"),
+        "c": run.Review("contract", "", "z"),
+    }
     score = run.Score()
     outcomes = [
         run.Outcome(sample, "jsonl.py", "killed"),
@@ -113,25 +117,102 @@ def test_scores_count_the_classes() -> None:
         run.Outcome(sample.__class__("b", 1, "", ""), "jsonl.py", "survived", "killed"),
         run.Outcome(sample.__class__("c", 1, "", ""), "jsonl.py", "survived", "survived"),
         run.Outcome(sample.__class__("d", 1, "", ""), "jsonl.py", "survived", "survived"),
+        run.Outcome(sample.__class__("e", 1, "", ""), "jsonl.py", "error"),
     ]
     for outcome in outcomes:
         score.add(outcome, reviewed)
     assert (score.mutants, score.suite_killed, score.killed) == (5, 1, 2)
     assert (score.equivalent, score.contract, score.non_equivalent) == (1, 2, 4)
     assert score.unreviewed == ["d"]
+    assert score.errors == ["e"]
     assert score.suite_score == 0.5
 
 
+@pytest.mark.parametrize(
+    ("code", "said"), [(0, "survived"), (1, "killed"), (2, "killed"), (3, "error"), (4, "error"),
+                       (5, "error"), (-9, "error")]
+)  # fmt: skip
+def test_only_a_failing_test_or_collection_kills(code: int, said: str) -> None:
+    assert run.verdict(code) == said
+
+
+PLANTED = "jsonl.py:<module>:constant:2"
+"""A real jsonl mutant the planted outcomes below say survived."""
+
+
+def _planted(tmp_path: Path, entry: str | None) -> tuple[Path, list[run.Outcome]]:
+    (mutant,) = [m for m in mutants(JSONL, label="jsonl.py") if m.id == PLANTED]
+    survivors = tmp_path / "survivors.toml"
+    survivors.write_text("[jsonl]\n" + (f'"{PLANTED}" = {entry}\n' if entry else ""), "utf-8")
+    killed = [m for m in mutants(JSONL, label="jsonl.py") if m.id in SAMPLE_KILLED]
+    outcomes = [run.Outcome(m, "jsonl.py", "killed") for m in killed]
+    return survivors, [*outcomes, run.Outcome(mutant, "jsonl.py", "survived", "survived")]
+
+
+def test_the_gate_fails_on_a_planted_unreviewed_survivor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    survivors, outcomes = _planted(tmp_path, None)
+    assert run.report("jsonl", outcomes, full=False, survivors=survivors) == 1
+    assert f"FAIL: 1 survivor(s) not in survivors.toml: {PLANTED}" in capsys.readouterr().out
+    assert run.report("jsonl", outcomes, full=True, survivors=survivors) == 1
+
+
+def test_the_gate_fails_on_a_survivor_reviewed_for_another_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = '{ class = "equivalent", change = "`x = 1` deleted", reason = "an earlier code\'s" }'
+    survivors, outcomes = _planted(tmp_path, old)
+    assert run.report("jsonl", outcomes, full=False, survivors=survivors) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"reviewed for another change (review them again): {PLANTED} (reviewed for `x = 1`" in out
+    )
+
+
+def test_the_gate_passes_a_survivor_reviewed_for_its_change(tmp_path: Path) -> None:
+    (change,) = [m.description for m in mutants(JSONL, label="jsonl.py") if m.id == PLANTED]
+    entry = f'{{ class = "equivalent", change = "{change}", reason = "a larger buffer" }}'
+    survivors, outcomes = _planted(tmp_path, entry)
+    assert run.report("jsonl", outcomes, full=False, survivors=survivors) == 0
+
+
+def test_the_gate_fails_when_pytest_tested_nothing_or_nothing_ran(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    survivors, outcomes = _planted(tmp_path, None)
+    errored = [run.Outcome(outcomes[0].mutant, "jsonl.py", "error")]
+    assert run.report("jsonl", errored, full=False, survivors=survivors) == 1
+    assert "1 mutant(s) pytest could not test" in capsys.readouterr().out
+    assert run.report("jsonl", [], full=False, survivors=survivors) == 1
+    assert "no mutant ran" in capsys.readouterr().out
+
+
+def test_a_review_without_its_change_is_refused(tmp_path: Path) -> None:
+    survivors = tmp_path / "survivors.toml"
+    survivors.write_text(f'[jsonl]\n"{PLANTED}" = {{ class = "equivalent", reason = "r" }}\n')
+    with pytest.raises(SystemExit, match="the change it was reviewed for"):
+        run.load_reviewed("jsonl", survivors)
+
+
 def test_a_fixed_sample_is_killed_by_the_suite_and_a_reviewed_survivor_survives(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = JSONL.read_text(encoding="utf-8")
     target = run.jsonl_target()
     selected = run.select(target, [*SAMPLE_KILLED, SAMPLE_SURVIVOR])
     assert len(selected) == len(SAMPLE_KILLED) + 1
-    outcomes = {o.mutant.id: o for o in run.run_all(target, selected, 2, tmp_path, (600, 600))}
+    found = run.run_all(target, selected, 2, tmp_path / "work", (600, 600))
+    outcomes = {o.mutant.id: o for o in found}
     assert [i for i in SAMPLE_KILLED if not outcomes[i].killed_by_suite] == []
     survivor = outcomes[SAMPLE_SURVIVOR]
     assert (survivor.suite, survivor.own) == ("survived", "survived")
-    assert run.load_reviewed("jsonl")[SAMPLE_SURVIVOR][0] == "equivalent"
+    assert run.load_reviewed("jsonl")[SAMPLE_SURVIVOR].kind == "equivalent"
     assert JSONL.read_text(encoding="utf-8") == before  # mutants live in the workers' copies
+    # the gate on these real outcomes: passes with the reviewed list, fails without the entry
+    assert run.report("jsonl", found, full=False) == 0
+    planted = tmp_path / "survivors.toml"
+    kept = [ln for ln in run.SURVIVORS.read_text("utf-8").splitlines() if SAMPLE_SURVIVOR not in ln]
+    planted.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    assert run.report("jsonl", found, full=False, survivors=planted) == 1
+    assert f"not in survivors.toml: {SAMPLE_SURVIVOR}" in capsys.readouterr().out
