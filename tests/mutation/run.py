@@ -22,28 +22,23 @@ running side by side on shared cores would make its floor a coin toss.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
-import os
 import queue
 import random
-import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomllib
+from traceml_exporter_sdk.testing._mutation import Mutant, PackageCopy, package_mutants
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-from mutants import Mutant, mutants  # noqa: E402
 
 SUITE_TARGET = 0.95
 """The suite alone must kill this share of the contract mutants."""
@@ -148,60 +143,25 @@ class Outcome:
 
 @dataclass
 class Worker:
-    """A folder with its own copy of the package; the mutant goes there."""
+    """A copy of the package (the mutant goes there) and the folder of the jsonl suite."""
 
-    folder: Path
+    copy: PackageCopy
     target: Target
-    env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def make(cls, target: Target, folder: Path) -> Worker:
-        src = folder / "src"
-        shutil.copytree(
-            target.package_root / target.package,
-            src / target.package,
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
+        copy = PackageCopy.make(target.package_root / target.package, folder, *target.extra_path)
         (folder / "test_suite_jsonl.py").write_text(JSONL_SUITE, encoding="utf-8")
         (folder / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n", encoding="utf-8")
-        env = dict(os.environ)
-        paths = [str(src), *target.extra_path, env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"  # a mutant's .pyc must never outlive it
-        env.pop("PYTEST_ADDOPTS", None)
-        return cls(folder, target, env)
+        return cls(copy, target)
 
-    def module_path(self, module: str) -> Path:
-        return self.folder / "src" / self.target.package / module
-
-    def run(self, args: Sequence[str], timeout: float) -> str:
-        command = [*PYTEST, *(a.replace("{work}", str(self.folder)) for a in args)]
-        try:
-            done = subprocess.run(
-                command,
-                cwd=self.target.cwd,
-                env=self.env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return "timeout"
-        return verdict(done.returncode)
-
-
-PYTEST_KILLS = (1, 2)
-"""pytest's exit codes that kill a mutant: tests failed (1), collection failed (2: the
-mutant does not import). 3 (internal error), 4 (usage error), 5 (no tests collected)
-and a signal say the run tested nothing."""
-
-
-def verdict(returncode: int) -> str:
-    """``survived``, ``killed`` or ``error`` for a pytest exit code."""
-    if returncode == 0:
-        return "survived"
-    return "killed" if returncode in PYTEST_KILLS else "error"
+    def run(
+        self, args: Sequence[str], timeout: float, *, module: str = "", mutant: Mutant | None = None
+    ) -> str:
+        command = [*PYTEST, *(a.replace("{work}", str(self.copy.folder)) for a in args)]
+        if mutant is None:
+            return self.copy.pytest(command, self.target.cwd, timeout)
+        return self.copy.with_mutant(module, mutant, command, self.target.cwd, timeout)
 
 
 def baseline(worker: Worker) -> tuple[float, float]:
@@ -209,8 +169,8 @@ def baseline(worker: Worker) -> tuple[float, float]:
     times = []
     for args in (worker.target.suite + tuple(SUITE_ONLY), worker.target.own):
         start = time.monotonic()
-        verdict = worker.run(args, timeout=1800)
-        if verdict != "survived":
+        said = worker.run(args, timeout=1800)
+        if said != "survived":
             raise SystemExit(f"the unmutated {worker.target.name} fails {' '.join(args)}")
         times.append(time.monotonic() - start)
     return times[0], times[1]
@@ -238,20 +198,17 @@ def run_all(
     def one(item: tuple[str, Mutant]) -> Outcome:
         module, mutant = item
         worker = workers.get()
-        path = worker.module_path(module)
-        original = path.read_text(encoding="utf-8")
         start = time.monotonic()
         try:
-            path.write_text(mutant.source, encoding="utf-8")
             if own_only:  # a reviewed survivor of the suite, checked against the own tests
                 outcome = Outcome(mutant, module, "survived")
             else:
-                suite = worker.run((*target.suite, *SUITE_ONLY), timeouts[0])
-                outcome = Outcome(mutant, module, suite)
+                suite = (*target.suite, *SUITE_ONLY)
+                said = worker.run(suite, timeouts[0], module=module, mutant=mutant)
+                outcome = Outcome(mutant, module, said)
             if outcome.suite == "survived":
-                outcome.own = worker.run(target.own, timeouts[1])
+                outcome.own = worker.run(target.own, timeouts[1], module=module, mutant=mutant)
         finally:
-            path.write_text(original, encoding="utf-8")
             workers.put(worker)
         outcome.seconds = time.monotonic() - start
         with lock:
@@ -423,82 +380,14 @@ def report(
     return 1 if failures else 0
 
 
-def _runtime_names(node: ast.AST) -> Iterator[str]:
-    """The names ``node`` reads when it runs: loaded names, attributes and imports, not
-    annotations (``from __future__ import annotations`` leaves those unevaluated)."""
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, ast.Name) and isinstance(item.ctx, ast.Load):
-            yield item.id
-        elif isinstance(item, ast.Attribute):
-            yield item.attr
-        elif isinstance(item, ast.alias):
-            yield item.name.rpartition(".")[2]
-        for name, value in ast.iter_fields(item):
-            if name in ("annotation", "returns", "type_params"):
-                continue
-            children = value if isinstance(value, list) else [value]
-            stack += [child for child in children if isinstance(child, ast.AST)]
-
-
-def unused_code(package_dir: Path, modules: Sequence[str]) -> dict[str, list[tuple[str, int, int]]]:
-    """Per module of ``modules``, its top-level functions, classes and assignments that no
-    code of the package uses at run time (outside their own body), and its protocols (an
-    interface's declarations), with their lines: the shared layers' helpers a bake does
-    not call, type variables and aliases.
-
-    A mutant there changes nothing the package does (equivalent by construction), so it
-    is listed, not run. A name in ``__all__``, a docstring or an annotation is no use; an
-    import is (``__init__``'s public names).
-    """
-    trees = {
-        path.relative_to(package_dir).as_posix(): ast.parse(path.read_text(encoding="utf-8"))
-        for path in sorted(package_dir.rglob("*.py"))
-    }
-    uses: dict[str, int] = {}
-    for tree in trees.values():
-        for name in _runtime_names(tree):
-            uses[name] = uses.get(name, 0) + 1
-    out: dict[str, list[tuple[str, int, int]]] = {}
-    for module in modules:
-        for node in trees[module].body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names = [node.name]
-            elif isinstance(node, ast.Assign) and all(
-                isinstance(t, ast.Name) for t in node.targets
-            ):
-                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-                if "__all__" in names:
-                    continue
-            else:
-                continue
-            protocol = isinstance(node, ast.ClassDef) and any(
-                getattr(base, "id", getattr(base, "attr", "")) == "Protocol" for base in node.bases
-            )
-            inside = list(_runtime_names(node))
-            if protocol or all(uses.get(name, 0) == inside.count(name) for name in names):
-                end = node.end_lineno or node.lineno
-                out.setdefault(module, []).append((names[0], node.lineno, end))
-    return out
-
-
 def select(
     target: Target, only: Sequence[str], *, unused: list[str] | None = None
 ) -> list[tuple[str, Mutant]]:
     """The mutants to run (``only``: these ids); those in code the package never uses are
     left out, their ids appended to ``unused``."""
-    package_dir = target.package_root / target.package
-    dead = unused_code(package_dir, target.modules)
-    out = []
-    for module in target.modules:
-        spans = dead.get(module, [])
-        for mutant in mutants(package_dir / module, label=module):
-            if any(first <= mutant.line <= last for _, first, last in spans):
-                if unused is not None:
-                    unused.append(mutant.id)
-                continue
-            out.append((module, mutant))
+    out, left_out = package_mutants(target.package_root / target.package, target.modules)
+    if unused is not None:
+        unused += left_out
     if only:
         missing = set(only) - {m.id for _, m in out}
         if missing:

@@ -9,6 +9,7 @@ suite kill them and the reviewed list still name a survivor rightly.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import tomllib
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import run  # noqa: E402
-from mutants import mutants  # noqa: E402
+from traceml_exporter_sdk.testing._mutation import Mutant, mutants, verdict  # noqa: E402
 
 JSONL = run.ROOT / "sdk" / "src" / "traceml_exporter_sdk" / "jsonl.py"
 
@@ -99,12 +100,14 @@ def test_the_reviewed_list_names_only_mutants_that_exist_with_a_class_and_reason
     assert set(data) <= {"jsonl", "sqlite", "parquet"}
     reviewed = run.load_reviewed("jsonl")
     assert reviewed, "the jsonl exporter's survivors are reviewed"
-    ids = {m.id for m in mutants(JSONL, label="jsonl.py")}
-    assert sorted(set(reviewed) - ids) == []
+    changes = {m.id: m.description for m in jsonl_mutants()}
+    assert sorted(set(reviewed) - set(changes)) == []
+    stale = {i: (r.change, changes[i]) for i, r in reviewed.items() if r.change != changes[i]}
+    assert stale == {}, "reviewed for another change: review these again"
 
 
 def test_scores_count_the_classes() -> None:
-    sample = next(m for m in mutants(JSONL, label="jsonl.py"))
+    sample = jsonl_mutants()[0]
     reviewed = {
         "a": run.Review("equivalent", "", "x"),
         "b": run.Review("format", "", "y"),
@@ -133,18 +136,23 @@ def test_scores_count_the_classes() -> None:
                        (5, "error"), (-9, "error")]
 )  # fmt: skip
 def test_only_a_failing_test_or_collection_kills(code: int, said: str) -> None:
-    assert run.verdict(code) == said
+    assert verdict(code) == said
 
 
 PLANTED = "jsonl.py:<module>:constant:2"
 """A real jsonl mutant the planted outcomes below say survived."""
 
 
+@functools.cache
+def jsonl_mutants() -> tuple[Mutant, ...]:
+    return tuple(mutants(JSONL, label="jsonl.py"))
+
+
 def _planted(tmp_path: Path, entry: str | None) -> tuple[Path, list[run.Outcome]]:
-    (mutant,) = [m for m in mutants(JSONL, label="jsonl.py") if m.id == PLANTED]
+    (mutant,) = [m for m in jsonl_mutants() if m.id == PLANTED]
     survivors = tmp_path / "survivors.toml"
     survivors.write_text("[jsonl]\n" + (f'"{PLANTED}" = {entry}\n' if entry else ""), "utf-8")
-    killed = [m for m in mutants(JSONL, label="jsonl.py") if m.id in SAMPLE_KILLED]
+    killed = [m for m in jsonl_mutants() if m.id in SAMPLE_KILLED]
     outcomes = [run.Outcome(m, "jsonl.py", "killed") for m in killed]
     return survivors, [*outcomes, run.Outcome(mutant, "jsonl.py", "survived", "survived")]
 
@@ -171,7 +179,7 @@ def test_the_gate_fails_on_a_survivor_reviewed_for_another_change(
 
 
 def test_the_gate_passes_a_survivor_reviewed_for_its_change(tmp_path: Path) -> None:
-    (change,) = [m.description for m in mutants(JSONL, label="jsonl.py") if m.id == PLANTED]
+    (change,) = [m.description for m in jsonl_mutants() if m.id == PLANTED]
     entry = f'{{ class = "equivalent", change = "{change}", reason = "a larger buffer" }}'
     survivors, outcomes = _planted(tmp_path, entry)
     assert run.report("jsonl", outcomes, full=False, survivors=survivors) == 0
