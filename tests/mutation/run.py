@@ -2,7 +2,7 @@
 
 ``python tests/mutation/run.py jsonl`` (the SDK's jsonl exporter) or
 ``python tests/mutation/run.py sqlite --baked DIR`` (a sink baked by cookiecutter,
-installed, ``DIR`` its project folder). Each mutant (``mutants.py``) is written into a
+installed, ``DIR`` its project folder). Each mutant (``testing/_mutation.py``) is written into a
 worker's own copy of the package, which ``PYTHONPATH`` puts before the installed one
 (so the suite's fresh-interpreter checks see it too). The suite runs on it with ``-x``;
 a mutant it does not kill then meets the exporter's own tests. ``--jobs`` mutants run
@@ -397,13 +397,16 @@ def select(
 
 
 def saved_outcomes(path: Path, selected: Sequence[tuple[str, Mutant]]) -> list[Outcome]:
-    """The outcomes a ``--json`` run saved, of the mutants still selected (same ids and
-    changes: a mutant whose change differs now was not run as it is)."""
-    saved = {item["id"]: item for item in json.loads(path.read_text(encoding="utf-8"))}
+    """The outcomes a ``--json`` run saved, of the mutants still selected: the same module,
+    line and change (an id may have moved since; a changed mutant was not run as it is)."""
+    saved = {
+        (item["module"], item["line"], item["description"]): item
+        for item in json.loads(path.read_text(encoding="utf-8"))
+    }
     out = []
     for module, mutant in selected:
-        item = saved.get(mutant.id)
-        if item is not None and item["description"] == mutant.description:
+        item = saved.get((module, mutant.line, mutant.description))
+        if item is not None:
             out.append(Outcome(mutant, module, item["suite"], item["own"], item["seconds"]))
     return out
 
@@ -455,6 +458,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     if args.from_json is not None:
         outcomes = saved_outcomes(args.from_json, selected)
+        if len(outcomes) < len(selected):
+            ran = {o.mutant.id for o in outcomes}
+            missing = [m.id for _, m in selected if m.id not in ran]
+            print(f"FAIL: {len(missing)} mutant(s) not in {args.from_json}: {', '.join(missing)}")
+            return 1
     else:
         with tempfile.TemporaryDirectory(prefix=f"mutation-{target.name}-") as folder:
             outcomes = run_all(target, selected, args.jobs, Path(folder), own_only=args.own_only)

@@ -93,11 +93,10 @@ class _Point:
     function: str
 
 
-def _is_docstring(body: list[ast.stmt], stmt: ast.stmt) -> bool:
+def _is_docstring(stmt: ast.stmt) -> bool:
+    """A string on its own: a docstring, of a module, class, function or attribute."""
     return (
-        bool(body)
-        and body[0] is stmt
-        and isinstance(stmt, ast.Expr)
+        isinstance(stmt, ast.Expr)
         and isinstance(stmt.value, ast.Constant)
         and isinstance(stmt.value.value, str)
     )
@@ -158,7 +157,7 @@ class _Finder:
         siblings: list[Any] | None,
     ) -> None:
         if isinstance(node, ast.stmt) and siblings is not None:
-            if _is_docstring(siblings, node) or _is_dunder_all(node):
+            if _is_docstring(node) or _is_dunder_all(node):
                 return
             if isinstance(node, _SIMPLE) and not _is_super_call(node):
                 self.add(node, parent, field, index, "delete")
