@@ -19,7 +19,7 @@ import tomllib
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import run  # noqa: E402
-from traceml_exporter_sdk.testing._mutation import Mutant, mutants, verdict  # noqa: E402
+from traceml_exporter_sdk.testing._mutation import Mutant, PackageCopy, mutants, verdict  # noqa: E402
 
 JSONL = run.ROOT / "sdk" / "src" / "traceml_exporter_sdk" / "jsonl.py"
 
@@ -224,3 +224,29 @@ def test_a_fixed_sample_is_killed_by_the_suite_and_a_reviewed_survivor_survives(
     planted.write_text("\n".join(kept) + "\n", encoding="utf-8")
     assert run.report("jsonl", found, full=False, survivors=planted) == 1
     assert f"not in survivors.toml: {SAMPLE_SURVIVOR}" in capsys.readouterr().out
+
+
+def test_a_mutant_that_stops_pytest_is_killed_when_the_unmutated_code_passes(
+    tmp_path: Path,
+) -> None:
+    """A conftest importing the package stops pytest with a usage error (exit 4) on a
+    mutant that breaks the import: the mutant's doing, so killed; a run that fails
+    without the mutant too tested nothing."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "mod.py").write_text("VALUE = 1\n")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "conftest.py").write_text("import pkg.mod\n")
+    (tests / "test_it.py").write_text(
+        "import pkg.mod\n\ndef test_it():\n    assert pkg.mod.VALUE\n"
+    )
+    copy = PackageCopy.make(package, tmp_path / "copy")  # first on PYTHONPATH; run from tests/
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)]
+    broken = Mutant("mod.py:<module>:x:1", 1, "", "raise ImportError('mutated')\n")
+    assert copy.with_mutant("mod.py", broken, command, tests, 120) == "killed"
+    assert copy.with_mutant("mod.py", None, command, tests, 120) == "survived"
+    nothing = [*command[:-1], str(tests / "no_such_test.py")]
+    assert copy.with_mutant("mod.py", broken, nothing, tests, 120) == "error"
+    assert (package / "mod.py").read_text() == "VALUE = 1\n"

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bake import bake
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mutation"))
 import run
@@ -24,7 +25,7 @@ SAMPLES = {
             "exporter.py:_text:handler:1",  # a lone surrogate raises instead of being kept
             "exporter.py:quote:boolean:1",  # every STREAM refused as a table name
         ),
-        "exporter.py:SqliteExporter.write:boolean:1",  # no BEGIN: the own tests' job
+        "exporter.py:SqliteExporter.write:delete:10",  # run-log counts: its own tests kill it
     ),
     "parquet": (
         (
@@ -35,17 +36,21 @@ SAMPLES = {
         "_lifecycle.py:Lifecycle._fail:constant:1",  # another name for the failed state
     ),
 }
-"""Per sink: mutants the suite alone must kill, and one reviewed survivor."""
+"""Per sink: mutants the suite alone must kill, and one reviewed survivor (ids name the
+classes of a project named after its sink, as ``nox -s mutation`` bakes it)."""
 
 
-def test_a_fixed_mutation_sample(baked: Path, sink: str, tmp_path: Path) -> None:
+def test_a_fixed_mutation_sample(sink: str, tmp_path: Path) -> None:
     if sink not in SAMPLES:
         pytest.skip(f"nox -s mutation covers the jsonl exporter, {' and '.join(SAMPLES)}")
     killed, survivor = SAMPLES[sink]
-    target = run.baked_target(sink, baked)
+    # its package comes from PYTHONPATH (the mutant's copy), its dependencies from the
+    # session, which installed this sink's default project
+    project = bake(tmp_path / "baked", sink=sink, project_name=sink)
+    target = run.baked_target(sink, project)
     selected = run.select(target, [*killed, survivor])
     assert len(selected) == len(killed) + 1
-    found = run.run_all(target, selected, 2, tmp_path, (900, 900))
+    found = run.run_all(target, selected, 2, tmp_path / "work", (900, 900))
     outcomes = {o.mutant.id: o for o in found}
     assert [i for i in killed if not outcomes[i].killed_by_suite] == []
     review = run.load_reviewed(sink)[survivor]

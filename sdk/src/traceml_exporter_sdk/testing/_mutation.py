@@ -395,7 +395,8 @@ def package_mutants(
 PYTEST_KILLS = (1, 2)
 """pytest's exit codes that kill a mutant: tests failed (1), collection failed (2: the
 mutant does not import). 3 (internal error), 4 (usage error), 5 (no tests collected)
-and a signal say the run tested nothing."""
+and a signal say the run tested nothing, unless the unmutated code passes the same run
+(:meth:`PackageCopy.with_mutant`)."""
 
 
 def verdict(returncode: int) -> str:
@@ -455,12 +456,20 @@ class PackageCopy:
         self, module: str, mutant: Mutant | None, command: Sequence[str], cwd: Path, timeout: float
     ) -> str:
         """Run ``command`` with ``mutant`` written into ``module`` (None: unmutated), then
-        put the module back."""
+        put the module back.
+
+        An ``error`` (pytest tested nothing) is the mutant's doing when the same command
+        passes on the unmutated copy (a conftest that imports the package stops pytest
+        with a usage error, exit 4): then it is ``killed``; otherwise the run is at fault
+        and it stays ``error``."""
         path = self.module_path(module)
         original = path.read_text(encoding="utf-8")
         try:
             if mutant is not None:
                 path.write_text(mutant.source, encoding="utf-8")
-            return self.pytest(command, cwd, timeout)
+            said = self.pytest(command, cwd, timeout)
         finally:
             path.write_text(original, encoding="utf-8")
+        if said == "error" and mutant is not None:
+            return "killed" if self.pytest(command, cwd, timeout) == "survived" else "error"
+        return said
