@@ -366,9 +366,11 @@ def mutation(session: nox.Session) -> None:
     conformance suite, then their own tests (tests/mutation/run.py); fails on a survivor
     missing from tests/mutation/survivors.toml or a score under its target.
 
-    ``nox -s mutation -- jsonl`` runs one target; ``-- sqlite --only ID ...`` some mutants.
-    Two mutants run side by side (MUTATION_JOBS overrides). CI runs a fixed sample in the
-    ``tests`` session (tests/mutation/test_mutation.py).
+    ``nox -s mutation -- jsonl`` runs one target; ``-- sqlite --only ID ...`` some mutants;
+    ``-- parquet --sample 80 --seed 42`` a drawn part. Two mutants run side by side
+    (MUTATION_JOBS overrides). CI runs fixed samples in the ``tests`` session
+    (tests/mutation/test_mutation.py) and the sqlite and parquet template sessions
+    (tests/template/test_mutation_sample.py).
     """
     session.install(*TEMPLATE_TOOLS)
     _install_sdk(session, "test")

@@ -341,3 +341,65 @@ def test_bad_project_requests_are_one_line(
     assert result.returncode == code, result.stdout + result.stderr
     (line,) = error_lines(result)
     assert message in line
+
+
+def _package(tmp_path: Path) -> Path:
+    """The contract's one-file exporter as the module ``tinyexp.exporter`` of a package."""
+    src = tmp_path / "src"
+    (src / "tinyexp").mkdir(parents=True)
+    (src / "tinyexp" / "__init__.py").write_text("")
+    (src / "tinyexp" / "exporter.py").write_text(ONE_FILE)
+    return src
+
+
+def test_mutants_scores_each_module_and_names_the_survivors(tmp_path: Path) -> None:
+    """Every mutant of the package meets the suite (here two checks, which see no records):
+    one that stops the file being made is killed, one that keeps hostname survives."""
+    src = _package(tmp_path)
+    before = (src / "tinyexp" / "exporter.py").read_text()
+    result = run_cli(
+        "check",
+        "tinyexp.exporter:make_exporter",
+        "--mutants",
+        "--jobs",
+        "2",
+        "--",
+        "-k",
+        "open_close or flush_twice",
+        cwd=tmp_path,
+        pythonpath=[src],
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("mutants of tinyexp: "))
+    total = int(lines[start].split(": ")[1].split()[0])
+    score = re.fullmatch(
+        r"  exporter\.py +(\d+) mutants, the suite kills +(\d+) \(\d+\.\d%\)", lines[start + 1]
+    )
+    assert score, lines[start + 1]
+    assert int(score[1]) == total  # the factory is the entry point: its mutants run too
+    survivors = [line.split()[1] for line in lines if line.startswith("  survivor ")]
+    assert "exporter.py:OneFileExporter.write:delete:2" in survivors  # hostname kept
+    assert "exporter.py:OneFileExporter.open:delete:2" not in survivors  # no file made
+    assert "exporter.py:make_exporter:return:1" not in survivors
+    assert len(survivors) == total - int(score[2])
+    assert lines[-1].startswith(f"{total} mutants, {score[2]} killed, {len(survivors)} survived")
+    assert (src / "tinyexp" / "exporter.py").read_text() == before
+
+
+def test_mutants_need_a_passing_suite_first(tmp_path: Path) -> None:
+    src = _package(tmp_path)
+    (src / "tinyexp" / "exporter.py").write_text(ONE_FILE.replace('"x"', '"r"'))
+    result = run_cli(
+        "check",
+        "tinyexp.exporter:make_exporter",
+        "--mutants",
+        "--",
+        "-k",
+        "open_close",
+        cwd=tmp_path,
+        pythonpath=[src],
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "mutants of" not in result.stdout

@@ -2,7 +2,7 @@
 
 ``python tests/mutation/run.py jsonl`` (the SDK's jsonl exporter) or
 ``python tests/mutation/run.py sqlite --baked DIR`` (a sink baked by cookiecutter,
-installed, ``DIR`` its project folder). Each mutant (``mutants.py``) is written into a
+installed, ``DIR`` its project folder). Each mutant (``testing/_mutation.py``) is written into a
 worker's own copy of the package, which ``PYTHONPATH`` puts before the installed one
 (so the suite's fresh-interpreter checks see it too). The suite runs on it with ``-x``;
 a mutant it does not kill then meets the exporter's own tests. ``--jobs`` mutants run
@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import queue
-import shutil
-import subprocess
+import random
 import sys
 import tempfile
 import threading
@@ -37,11 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomllib
+from traceml_exporter_sdk.testing._mutation import Mutant, PackageCopy, package_mutants
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-from mutants import Mutant, mutants  # noqa: E402
 
 SUITE_TARGET = 0.95
 """The suite alone must kill this share of the contract mutants."""
@@ -120,7 +117,10 @@ def baked_target(name: str, project: Path) -> Target:
 
 @dataclass
 class Outcome:
-    """One mutant's fate: ``killed``, ``survived`` or ``timeout`` (counted as killed)."""
+    """One mutant's fate in each run: ``survived`` (pytest passed), ``killed`` (a test
+    failed, or the mutant broke collection), ``timeout`` (counted as killed) or
+    ``error`` (pytest could not test it: internal or usage error, nothing collected, a
+    signal); an ``error`` fails the session, since nothing was learnt about the mutant."""
 
     mutant: Mutant
     module: str
@@ -130,56 +130,38 @@ class Outcome:
 
     @property
     def killed_by_suite(self) -> bool:
-        return self.suite != "survived"
+        return self.suite in ("killed", "timeout")
 
     @property
     def killed(self) -> bool:
-        return self.killed_by_suite or self.own != "survived"
+        return self.killed_by_suite or self.own in ("killed", "timeout")
+
+    @property
+    def error(self) -> bool:
+        return "error" in (self.suite, self.own)
 
 
 @dataclass
 class Worker:
-    """A folder with its own copy of the package; the mutant goes there."""
+    """A copy of the package (the mutant goes there) and the folder of the jsonl suite."""
 
-    folder: Path
+    copy: PackageCopy
     target: Target
-    env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def make(cls, target: Target, folder: Path) -> Worker:
-        src = folder / "src"
-        shutil.copytree(
-            target.package_root / target.package,
-            src / target.package,
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
+        copy = PackageCopy.make(target.package_root / target.package, folder, *target.extra_path)
         (folder / "test_suite_jsonl.py").write_text(JSONL_SUITE, encoding="utf-8")
         (folder / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n", encoding="utf-8")
-        env = dict(os.environ)
-        paths = [str(src), *target.extra_path, env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"  # a mutant's .pyc must never outlive it
-        env.pop("PYTEST_ADDOPTS", None)
-        return cls(folder, target, env)
+        return cls(copy, target)
 
-    def module_path(self, module: str) -> Path:
-        return self.folder / "src" / self.target.package / module
-
-    def run(self, args: Sequence[str], timeout: float) -> str:
-        command = [*PYTEST, *(a.replace("{work}", str(self.folder)) for a in args)]
-        try:
-            done = subprocess.run(
-                command,
-                cwd=self.target.cwd,
-                env=self.env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return "timeout"
-        return "survived" if done.returncode == 0 else "killed"
+    def run(
+        self, args: Sequence[str], timeout: float, *, module: str = "", mutant: Mutant | None = None
+    ) -> str:
+        command = [*PYTEST, *(a.replace("{work}", str(self.copy.folder)) for a in args)]
+        if mutant is None:
+            return self.copy.pytest(command, self.target.cwd, timeout)
+        return self.copy.with_mutant(module, mutant, command, self.target.cwd, timeout)
 
 
 def baseline(worker: Worker) -> tuple[float, float]:
@@ -187,8 +169,8 @@ def baseline(worker: Worker) -> tuple[float, float]:
     times = []
     for args in (worker.target.suite + tuple(SUITE_ONLY), worker.target.own):
         start = time.monotonic()
-        verdict = worker.run(args, timeout=1800)
-        if verdict != "survived":
+        said = worker.run(args, timeout=1800)
+        if said != "survived":
             raise SystemExit(f"the unmutated {worker.target.name} fails {' '.join(args)}")
         times.append(time.monotonic() - start)
     return times[0], times[1]
@@ -216,31 +198,30 @@ def run_all(
     def one(item: tuple[str, Mutant]) -> Outcome:
         module, mutant = item
         worker = workers.get()
-        path = worker.module_path(module)
-        original = path.read_text(encoding="utf-8")
         start = time.monotonic()
         try:
-            path.write_text(mutant.source, encoding="utf-8")
             if own_only:  # a reviewed survivor of the suite, checked against the own tests
                 outcome = Outcome(mutant, module, "survived")
             else:
-                suite = worker.run((*target.suite, *SUITE_ONLY), timeouts[0])
-                outcome = Outcome(mutant, module, suite)
-            if not outcome.killed_by_suite:
-                outcome.own = worker.run(target.own, timeouts[1])
+                suite = (*target.suite, *SUITE_ONLY)
+                said = worker.run(suite, timeouts[0], module=module, mutant=mutant)
+                outcome = Outcome(mutant, module, said)
+            if outcome.suite == "survived":
+                outcome.own = worker.run(target.own, timeouts[1], module=module, mutant=mutant)
         finally:
-            path.write_text(original, encoding="utf-8")
             workers.put(worker)
         outcome.seconds = time.monotonic() - start
         with lock:
             done.append(outcome)
-            verdict = (
-                "killed by the suite"
+            said = (
+                "ERROR: pytest tested nothing"
+                if outcome.error
+                else "killed by the suite"
                 if outcome.killed_by_suite
                 else ("killed by its own tests" if outcome.killed else "SURVIVED")
             )
             print(
-                f"[{len(done)}/{len(selected)}] {mutant.id} ({outcome.seconds:.0f} s): {verdict}",
+                f"[{len(done)}/{len(selected)}] {mutant.id} ({outcome.seconds:.0f} s): {said}",
                 flush=True,
             )
         return outcome
@@ -249,17 +230,28 @@ def run_all(
         return list(pool.map(one, selected))
 
 
-def load_reviewed(target: str, path: Path = SURVIVORS) -> dict[str, tuple[str, str]]:
-    """The reviewed survivors of ``target``: mutant id -> (class, reason)."""
+@dataclass(frozen=True)
+class Review:
+    """One reviewed survivor: its class, the change it was reviewed for, and why."""
+
+    kind: str
+    change: str
+    """The mutant's one-line description when it was reviewed (``--list`` prints it)."""
+    reason: str
+
+
+def load_reviewed(target: str, path: Path = SURVIVORS) -> dict[str, Review]:
+    """The reviewed survivors of ``target``: mutant id -> its review."""
     data = tomllib.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     out = {}
     for mutant_id, entry in data.get(target, {}).items():
-        kind, reason = entry.get("class"), entry.get("reason", "")
-        if kind not in CLASSES or not reason.strip():
+        kind, change, reason = entry.get("class"), entry.get("change", ""), entry.get("reason", "")
+        if kind not in CLASSES or not reason.strip() or not change.strip():
             raise SystemExit(
-                f"{path}: [{target}] {mutant_id!r} needs a class of {CLASSES} and a reason"
+                f"{path}: [{target}] {mutant_id!r} needs a class of {CLASSES}, the change "
+                "it was reviewed for and a reason"
             )
-        out[mutant_id] = (kind, reason)
+        out[mutant_id] = Review(kind, change, reason)
     return out
 
 
@@ -273,6 +265,11 @@ class Score:
     equivalent: int = 0
     contract_survivors: int = 0
     unreviewed: list[str] = field(default_factory=list)
+    """Survivors the list does not name."""
+    stale: list[str] = field(default_factory=list)
+    """Survivors the list names for another change (the code moved under the id)."""
+    errors: list[str] = field(default_factory=list)
+    """Mutants pytest could not test: left out of the figures, and a failure."""
 
     @property
     def contract(self) -> int:
@@ -290,17 +287,27 @@ class Score:
     def combined_score(self) -> float:
         return self.killed / self.non_equivalent if self.non_equivalent else 1.0
 
-    def add(self, outcome: Outcome, reviewed: dict[str, tuple[str, str]]) -> None:
+    def add(self, outcome: Outcome, reviewed: dict[str, Review]) -> None:
+        if outcome.error:
+            self.errors.append(outcome.mutant.id)
+            return
         self.mutants += 1
         self.suite_killed += outcome.killed_by_suite
         self.killed += outcome.killed
         if outcome.killed_by_suite:
             return
-        kind = reviewed.get(outcome.mutant.id, (None, ""))[0]
-        if kind is None:
+        review = reviewed.get(outcome.mutant.id)
+        if review is None:
             self.unreviewed.append(outcome.mutant.id)
-        self.equivalent += kind == "equivalent"
-        self.contract_survivors += kind == "contract"
+            return
+        if review.change != outcome.mutant.description:
+            self.stale.append(
+                f"{outcome.mutant.id} (reviewed for {review.change}, now "
+                f"{outcome.mutant.description})"
+            )
+            return
+        self.equivalent += review.kind == "equivalent"
+        self.contract_survivors += review.kind == "contract"
 
     def line(self, label: str) -> str:
         return (
@@ -311,9 +318,12 @@ class Score:
         )
 
 
-def report(target: str, outcomes: Sequence[Outcome], *, full: bool) -> int:
-    """Print the scores and the survivors; 1 when a survivor is unreviewed or a target missed."""
-    reviewed = load_reviewed(target)
+def report(
+    target: str, outcomes: Sequence[Outcome], *, full: bool, survivors: Path = SURVIVORS
+) -> int:
+    """Print the scores and the survivors; 1 when a survivor is not reviewed (or reviewed
+    for another change), a mutant was not tested, none ran, or a target is missed."""
+    reviewed = load_reviewed(target, survivors)
     modules: dict[str, Score] = {}
     total = Score()
     for outcome in outcomes:
@@ -324,50 +334,80 @@ def report(target: str, outcomes: Sequence[Outcome], *, full: bool) -> int:
         print(score.line(module))
     print(total.line("all modules"))
     for outcome in outcomes:
-        if not outcome.killed_by_suite:
-            kind, reason = reviewed.get(outcome.mutant.id, ("UNREVIEWED", ""))
+        if outcome.suite == "survived":
+            review = reviewed.get(outcome.mutant.id)
+            kind = review.kind if review else "UNREVIEWED"
             own = "killed by own tests" if outcome.killed else "survives both"
             print(
                 f"  survivor {outcome.mutant.id} [{kind}, {own}] line {outcome.mutant.line}: "
-                f"{outcome.mutant.description}" + (f" -- {reason}" if reason else "")
+                f"{outcome.mutant.description}" + (f" -- {review.reason}" if review else "")
             )
-    status = 0
+    failures = []
+    if not outcomes:
+        failures.append("no mutant ran: the gate saw nothing")
     if total.unreviewed:
-        print(
-            f"FAIL: {len(total.unreviewed)} survivor(s) not in {SURVIVORS.name}: "
+        failures.append(
+            f"{len(total.unreviewed)} survivor(s) not in {survivors.name}: "
             + ", ".join(total.unreviewed)
         )
-        status = 1
+    if total.stale:
+        failures.append(
+            f"{len(total.stale)} survivor(s) reviewed for another change (review them again): "
+            + "; ".join(total.stale)
+        )
+    if total.errors:
+        failures.append(
+            f"{len(total.errors)} mutant(s) pytest could not test (exit 3, 4, 5 or a signal; "
+            "run one with --only to see why): " + ", ".join(total.errors)
+        )
     if full:
-        seen = {o.mutant.id for o in outcomes if not o.killed_by_suite}
+        seen = {o.mutant.id for o in outcomes if o.suite == "survived"}
         stale = sorted(set(reviewed) - seen)
         if stale:
             print(f"note: {len(stale)} reviewed survivor(s) no longer survive: {', '.join(stale)}")
         if total.suite_score < SUITE_TARGET:
-            print(
-                f"FAIL: the suite kills {total.suite_score:.1%} of the contract mutants, "
+            failures.append(
+                f"the suite kills {total.suite_score:.1%} of the contract mutants, "
                 f"target {SUITE_TARGET:.0%}"
             )
-            status = 1
         if total.combined_score < COMBINED_TARGET:
-            print(
-                f"FAIL: suite + own tests kill {total.combined_score:.1%} of the non-equivalent "
+            failures.append(
+                f"suite + own tests kill {total.combined_score:.1%} of the non-equivalent "
                 f"mutants, target {COMBINED_TARGET:.0%}"
             )
-            status = 1
-    return status
+    for failure in failures:
+        print(f"FAIL: {failure}")
+    return 1 if failures else 0
 
 
-def select(target: Target, only: Sequence[str]) -> list[tuple[str, Mutant]]:
-    out = []
-    for module in target.modules:
-        path = target.package_root / target.package / module
-        out += [(module, m) for m in mutants(path, label=module)]
+def select(
+    target: Target, only: Sequence[str], *, unused: list[str] | None = None
+) -> list[tuple[str, Mutant]]:
+    """The mutants to run (``only``: these ids); those in code the package never uses are
+    left out, their ids appended to ``unused``."""
+    out, left_out = package_mutants(target.package_root / target.package, target.modules)
+    if unused is not None:
+        unused += left_out
     if only:
         missing = set(only) - {m.id for _, m in out}
         if missing:
-            raise SystemExit(f"no such mutant: {', '.join(sorted(missing))}")
+            raise SystemExit(f"no such mutant (or in unused code): {', '.join(sorted(missing))}")
         out = [item for item in out if item[1].id in only]
+    return out
+
+
+def saved_outcomes(path: Path, selected: Sequence[tuple[str, Mutant]]) -> list[Outcome]:
+    """The outcomes a ``--json`` run saved, of the mutants still selected: the same module,
+    line and change (an id may have moved since; a changed mutant was not run as it is)."""
+    saved = {
+        (item["module"], item["line"], item["description"]): item
+        for item in json.loads(path.read_text(encoding="utf-8"))
+    }
+    out = []
+    for module, mutant in selected:
+        item = saved.get((module, mutant.line, mutant.description))
+        if item is not None:
+            out.append(Outcome(mutant, module, item["suite"], item["own"], item["seconds"]))
     return out
 
 
@@ -382,18 +422,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--own-only", action="store_true", help="skip the suite: the own tests on --only mutants"
     )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        help="report the outcomes a --json run saved (with today's list and selection), run none",
+    )
+    parser.add_argument(
+        "--sample", type=int, help="run this many mutants, drawn with --seed (a partial run)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the draw of --sample")
+    parser.add_argument(
+        "--survivors", type=Path, default=SURVIVORS, help="the reviewed survivors list"
+    )
     args = parser.parse_args(argv)
     target = (
         jsonl_target() if args.baked is None else baked_target(args.target, args.baked.resolve())
     )
-    selected = select(target, args.only)
+    unused: list[str] = []
+    selected = select(target, args.only, unused=unused)
+    if args.sample is not None and args.sample < len(selected):
+        keep = set(random.Random(args.seed).sample(range(len(selected)), args.sample))
+        selected = [item for index, item in enumerate(selected) if index in keep]
+        print(f"{target.name}: a sample of {args.sample} mutants, seed {args.seed}", flush=True)
+    if unused and not args.only:
+        functions = sorted({i.rsplit(":", 2)[0] for i in unused})
+        print(
+            f"{target.name}: {len(unused)} mutants left out, in code the package never uses: "
+            + ", ".join(functions),
+            flush=True,
+        )
     if args.list:
         for _, mutant in selected:
             print(f"{mutant.id}\tline {mutant.line}\t{mutant.description}")
         return 0
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"mutation-{target.name}-") as folder:
-        outcomes = run_all(target, selected, args.jobs, Path(folder), own_only=args.own_only)
+    if args.from_json is not None:
+        outcomes = saved_outcomes(args.from_json, selected)
+        if len(outcomes) < len(selected):
+            ran = {o.mutant.id for o in outcomes}
+            missing = [m.id for _, m in selected if m.id not in ran]
+            print(f"FAIL: {len(missing)} mutant(s) not in {args.from_json}: {', '.join(missing)}")
+            return 1
+    else:
+        with tempfile.TemporaryDirectory(prefix=f"mutation-{target.name}-") as folder:
+            outcomes = run_all(target, selected, args.jobs, Path(folder), own_only=args.own_only)
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -413,7 +485,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             encoding="utf-8",
         )
-    status = report(target.name, outcomes, full=not args.only and not args.own_only)
+    full = not args.only and not args.own_only and args.sample is None
+    status = report(target.name, outcomes, full=full, survivors=args.survivors)
     print(f"{target.name}: {len(outcomes)} mutants in {time.monotonic() - start:.0f} s")
     return status
 

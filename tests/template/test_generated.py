@@ -217,14 +217,13 @@ DECLARED_SKIPS = {
     "parquet": 1,
     "tensorboard": 2,
     "prometheus": 7,
-    "mlflow": 11,
+    "mlflow": 9,
 }
 """Sink -> how many of the suite's checks it skips by name (its sink_support.SKIP_CHECKS):
 a file sink has no fault waiting cannot fix (permanent_fault_marked); the jsonl, sqlite
 and tensorboard sinks declare ``special_floats`` (JSON has no NaN, SQLite stores NaN as
 NULL); a metrics store keeps series and MLflow metric points, not the records the
-row-level checks read back (the shared round trips prove what they keep instead);
-MLflow's break_sink, a deleted experiment, is a permanent fault."""
+row-level checks read back (the shared round trips prove what they keep instead)."""
 
 
 def test_tests_and_conformance_suite_pass(baked: Path, sink: str, tmp_path: Path) -> None:

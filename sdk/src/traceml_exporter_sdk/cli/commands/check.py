@@ -45,7 +45,8 @@ def add_parser(commands: Any) -> None:
         "data-fidelity checks on.",
         "  traceml-exporter check my_exporter.exporter:make_exporter -- -x -k lifecycle\n"
         "  traceml-exporter check                        # in a generated project's folder\n"
-        "  traceml-exporter check --project ~/my-exporter  # the same, from any folder",
+        "  traceml-exporter check --project ~/my-exporter  # the same, from any folder\n"
+        "  traceml-exporter check --mutants --jobs 2     # and the suite's power, by mutation",
     )
     check.add_argument(
         "spec",
@@ -67,6 +68,19 @@ def add_parser(commands: Any) -> None:
     )
     check.add_argument(
         "-v", "--verbose", action="store_true", help="show pytest's own output as it runs"
+    )
+    check.add_argument(
+        "--mutants",
+        action="store_true",
+        help="then mutate the exporter's modules and run the suite on every mutant: the share "
+        "killed per module, and the survivors (slow: a suite run per mutant)",
+    )
+    check.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --mutants: mutants run side by side (default 1)",
     )
     check.set_defaults(handler=cmd_check)
 
@@ -153,17 +167,12 @@ def _run_suite(
         else:
             folder = cwd
             where = [str(spec), "-m", CHECK_MARKER, "--rootdir", str(cwd)]
+        pytest = [sys.executable, "-m", "pytest", *plugin, *where, "-p", "no:cacheprovider"]
         command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            *plugin,
-            *where,
+            *pytest,
             f"--junitxml={report_path}",
             "-o",
             "junit_family=legacy",
-            "-p",
-            "no:cacheprovider",
             *(["-v"] if args.verbose else ["-q"]),
             *args.pytest_args,
         ]
@@ -187,7 +196,40 @@ def _run_suite(
                 EXIT_USAGE if result.returncode == PYTEST_USAGE_ERROR else EXIT_INPUT,
             )
         cases, throughput = _junit_report(report_path)
-    return _check_summary(str(spec), cases, throughput, result.returncode, out)
+        code = _check_summary(str(spec), cases, throughput, result.returncode, out)
+        if not args.mutants or code != EXIT_OK:
+            return code
+        from ..check_mutants import exporter_source, run_mutants
+
+        factory = ["make_exporter"]
+        if cwd is None:
+            module, _, name = str(spec).partition(":")
+            source, modules = exporter_source(module)
+            extra: tuple[str, ...] = (os.getcwd(),)
+            factory.append(name)
+        else:
+            source, modules = _project_package(cwd)
+            extra = ()
+        # the first failing check kills a mutant; throughput's floor depends on the load
+        unless = [] if "-k" in args.pytest_args else ["-k", "not test_throughput"]
+        mutant_command = [*pytest, "-x", "-q", *unless, *args.pytest_args]
+        return run_mutants(source, modules, mutant_command, folder, args.jobs, out, extra, factory)
+
+
+def _project_package(project: Path) -> tuple[Path, tuple[str, ...]]:
+    """A generated project's package (the one folder under ``src``) and its modules."""
+    found = list((project / "src").glob("*/__init__.py"))
+    if len(found) != 1:
+        raise CliError(
+            f"--mutants: {project / 'src'} does not hold exactly one package", EXIT_INPUT
+        )
+    package = found[0].parent
+    modules = tuple(
+        p.relative_to(package).as_posix()
+        for p in sorted(package.rglob("*.py"))
+        if p.name != "__init__.py"
+    )
+    return package, modules
 
 
 PYTEST_USAGE_ERROR = 4

@@ -2,7 +2,12 @@
 
 The peer is PyPI's ``mlflow server`` (``mlflow_server.py``), started once per test
 process. The autouse ``mlflow_peer`` fixture points MLflow's variables at it for one
-test, with an experiment of the test's own, and restores them after.
+test, through a fault proxy of the test's own and with an experiment of its own, and
+restores them after. ``break_sink`` stops the proxy listening (the server is gone: a
+fault that passes, retried until the deadline and raised unmarked), ``repair_sink``
+starts it again; ``break_sink_permanently`` deletes the experiment (no wait brings its
+runs back). The suite's checks run with a deadline of ``CHECK_TIMEOUT_S``, so a broken
+sink raises within the suite's ``failure_timeout``.
 
 MLflow holds metric points and tags, not records, so the suite's record-level
 data-fidelity checks cannot apply (``SKIP_CHECKS`` says why, and ``suite_read_back``
@@ -30,6 +35,8 @@ from mlflow_server import MlflowServer, MlflowUnavailableError, free_port, requi
 from suite_helpers import RECORD_LEVEL_CHECKS
 from traceml_exporter_sdk import ExporterContext, ExportRecord
 from traceml_exporter_sdk.testing import ReadBackNotImplementedError
+from traceml_exporter_sdk.testing.fault_proxy import FaultProxy
+from traceml_exporter_sdk.testing.keys import CHECK_MARKER
 
 from traceml_exporter_example._measures import EVENT_MEASURES as _MEASURES
 from traceml_exporter_example._measures import MEASURES as _FIELDS
@@ -46,6 +53,7 @@ __all__ = [
     "mlflow_peer",
     "read_end_of_run",
     "read_export",
+    "repair_sink",
     "server",
     "start_server",
     "suite_read_back",
@@ -72,17 +80,6 @@ SKIP_CHECKS = {
         "tests/test_exporter.py (test_the_summary_is_what_the_readme_computes, "
         "test_reopening_the_session_finds_its_runs_again)"
     ),
-    "transient_fault_not_permanent": (
-        "its break_sink deletes the experiment, a fault no wait fixes (the exporter rightly "
-        "marks it permanent: break_sink_permanently does the same); faults that pass "
-        "(503s, a tarpit, a server stopped mid-run) are raised unmarked in "
-        "tests/test_mlflow_faults.py"
-    ),
-    "new_instance_after_outage": (
-        "its break_sink (the experiment deleted) cannot be repaired: a new instance makes "
-        "a new experiment; a new instance on the same run after a failure is tested in "
-        "tests/test_exporter.py (test_reopening_the_session_finds_its_runs_again)"
-    ),
     "special_floats": (
         "the tracking server does not give back every -0.0, NaN and infinity as written "
         "(a metric value is a SQL float it stores and serves as JSON); finite values are "
@@ -102,7 +99,11 @@ back, a request apiece (the server's speed, not the exporter's, sets the time)."
 TEST_TIMEOUT_S = "30"
 """The deadline of each call in the tests: a server on a loaded 2-core CI machine can take
 a second per request (idle, tens of milliseconds); the fault tests set their own."""
+CHECK_TIMEOUT_S = "8"
+"""The deadline in the suite's checks: a sink broken by ``break_sink`` is retried until
+it passes, and the suite waits ``failure_timeout`` (10 s) for the exporter to raise."""
 _SERVER: list[MlflowServer] = []
+_PROXY: list[FaultProxy] = []
 _KEY = re.compile(r"[^A-Za-z0-9_/.\- :]")
 _MAX_DOUBLE = 1.7976931348623157e308
 
@@ -128,20 +129,25 @@ def server() -> MlflowServer:
 
 
 @pytest.fixture(autouse=True)
-def mlflow_peer() -> Iterator[MlflowServer]:
-    """The server, with MLflow's variables pointing at it (a new experiment) for this
-    test only."""
+def mlflow_peer(request: pytest.FixtureRequest) -> Iterator[MlflowServer]:
+    """The server, with MLflow's variables pointing at it through a fault proxy (a new
+    experiment) for this test only."""
     peer = server()
     names = ("MLFLOW_", "TRACEML_MLFLOW_")
     saved = {k: v for k, v in os.environ.items() if k.startswith(names)}
     for key in saved:
         del os.environ[key]
-    os.environ["MLFLOW_TRACKING_URI"] = peer.url
+    proxy = FaultProxy(peer.port)
+    _PROXY[:] = [proxy]
+    check = request.node.get_closest_marker(CHECK_MARKER) is not None
+    os.environ["MLFLOW_TRACKING_URI"] = proxy.url
     os.environ["MLFLOW_EXPERIMENT_NAME"] = f"test-{uuid.uuid4().hex[:12]}"
-    os.environ["TRACEML_MLFLOW_TIMEOUT_S"] = TEST_TIMEOUT_S
+    os.environ["TRACEML_MLFLOW_TIMEOUT_S"] = CHECK_TIMEOUT_S if check else TEST_TIMEOUT_S
     try:
         yield peer
     finally:
+        _PROXY.clear()
+        proxy.close()
         for key in [k for k in os.environ if k.startswith(names)]:
             del os.environ[key]
         os.environ.update(saved)
@@ -159,14 +165,20 @@ def broken_context(context: ExporterContext) -> ExporterContext:
     return context
 
 
-def break_sink_permanently(context: ExporterContext) -> None:
+def break_sink(context: ExporterContext) -> None:  # noqa: ARG001 - the suite's signature
+    """The server is gone from the exporter's view: its proxy stops listening (every
+    connection refused), a fault that passes once the server is back."""
+    _PROXY[0].stop_listening()
+
+
+def repair_sink(context: ExporterContext) -> None:  # noqa: ARG001 - the suite's signature
+    """The server is back: the proxy listens again on its port."""
+    _PROXY[0].listen()
+
+
+def break_sink_permanently(context: ExporterContext) -> None:  # noqa: ARG001 - the suite's signature
     """Delete the test's experiment underneath the running exporter (its runs go with it):
     MLflow then refuses every write to its runs, and no wait brings them back."""
-    break_sink(context)
-
-
-def break_sink(context: ExporterContext) -> None:  # noqa: ARG001 - the suite's signature
-    """Delete the test's experiment underneath the running exporter (its runs go with it)."""
     peer = server()
     name = os.environ["MLFLOW_EXPERIMENT_NAME"]
     found = peer.call("GET", "experiments/get-by-name", {"experiment_name": name})

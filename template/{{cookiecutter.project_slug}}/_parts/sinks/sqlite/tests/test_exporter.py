@@ -151,3 +151,16 @@ def test_a_stream_no_table_may_be_named_after_is_refused_for_good(
     error = refusal(context, StrayRecord())
     assert "refusing to use it as a table" in str(error)
     assert is_permanent(error)  # the same record is refused again: follow ends at once
+
+
+def test_the_names_the_readme_gives_are_the_ones_written(
+    context: ExporterContext, records: list[ExportRecord]
+) -> None:
+    """A reader follows the README: ``records.sqlite3``, its ``_export_runs`` and ``_row_id``."""
+    run(context, records)
+    assert (context.export_dir / "records.sqlite3").is_file()
+    with connect(context) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert "_export_runs" in tables
+        (stream, *_) = sorted(tables - {"_export_runs"})
+        assert "_row_id" in {row[1] for row in conn.execute(f"PRAGMA table_info({stream})")}

@@ -1,4 +1,8 @@
-"""A small AST mutator: every mutant of a module, each with a stable id and its source.
+"""Mutation testing's parts: every mutant of a module (a small AST mutator), the code a
+package never uses, and a copy of the package a mutant is tried in.
+
+``nox -s mutation`` (tests/mutation/run.py) and ``traceml-exporter check --mutants`` both
+use them.
 
 Why not mutmut or cosmic-ray (both tried, see docs/conformance.md "Mutation"):
 mutmut 3 rewrites every function into a trampoline that asks mutmut's own
@@ -28,11 +32,16 @@ operator in that function (``<module>`` outside any), so ids survive edits elsew
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from dataclasses import field as _field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Mutant", "mutants"]
+__all__ = ["Mutant", "PackageCopy", "mutants", "package_mutants", "unused_code", "verdict"]
 
 _COMPARE = {
     ast.Lt: ast.LtE,
@@ -84,11 +93,10 @@ class _Point:
     function: str
 
 
-def _is_docstring(body: list[ast.stmt], stmt: ast.stmt) -> bool:
+def _is_docstring(stmt: ast.stmt) -> bool:
+    """A string on its own: a docstring, of a module, class, function or attribute."""
     return (
-        bool(body)
-        and body[0] is stmt
-        and isinstance(stmt, ast.Expr)
+        isinstance(stmt, ast.Expr)
         and isinstance(stmt.value, ast.Constant)
         and isinstance(stmt.value.value, str)
     )
@@ -141,10 +149,15 @@ class _Finder:
             self._function.pop()
 
     def child(
-        self, parent: ast.AST, field: str, index: int | None, node: ast.AST, siblings: list | None
+        self,
+        parent: ast.AST,
+        field: str,
+        index: int | None,
+        node: ast.AST,
+        siblings: list[Any] | None,
     ) -> None:
         if isinstance(node, ast.stmt) and siblings is not None:
-            if _is_docstring(siblings, node) or _is_dunder_all(node):
+            if _is_docstring(node) or _is_dunder_all(node):
                 return
             if isinstance(node, _SIMPLE) and not _is_super_call(node):
                 self.add(node, parent, field, index, "delete")
@@ -221,13 +234,12 @@ def _apply(point: _Point) -> str:
     elif op == "constant":
         assert isinstance(node, ast.Constant)
         value = node.value
-        node.value = (
-            (not value)
-            if isinstance(value, bool)
-            else value + 1
-            if isinstance(value, int)
-            else value + "XX"
-        )
+        if isinstance(value, bool):
+            node.value = not value
+        elif isinstance(value, int):
+            node.value = value + 1
+        elif isinstance(value, str):
+            node.value = value + "XX"
     elif op == "return":
         node.value = ast.Constant(None)  # type: ignore[attr-defined]
     elif op == "reraise":
@@ -294,13 +306,170 @@ def _points(tree: ast.Module) -> list[_Point]:
     return finder.points
 
 
-def _selfcheck(path: Path) -> None:  # pragma: no cover - a debugging aid
-    for mutant in mutants(path):
-        compile(mutant.source, str(path), "exec")
-        print(mutant.id, mutant.line, mutant.description)
+def _runtime_names(node: ast.AST) -> Iterator[str]:
+    """The names ``node`` reads when it runs: loaded names, attributes and imports, not
+    annotations (``from __future__ import annotations`` leaves those unevaluated)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, ast.Name) and isinstance(item.ctx, ast.Load):
+            yield item.id
+        elif isinstance(item, ast.Attribute):
+            yield item.attr
+        elif isinstance(item, ast.alias):
+            yield item.name.rpartition(".")[2]
+        for name, value in ast.iter_fields(item):
+            if name in ("annotation", "returns", "type_params"):
+                continue
+            children = value if isinstance(value, list) else [value]
+            stack += [child for child in children if isinstance(child, ast.AST)]
 
 
-if __name__ == "__main__":  # pragma: no cover
-    import sys
+def _defined(node: ast.stmt) -> list[str]:
+    """The names a top-level statement defines, if it is a def, a class or a plain
+    assignment (not ``__all__``)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+        names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        return [] if "__all__" in names else names
+    return []
 
-    _selfcheck(Path(sys.argv[1]))
+
+def unused_code(
+    package_dir: Path, modules: Sequence[str], entry_points: Sequence[str] = ()
+) -> dict[str, list[tuple[int, int]]]:
+    """Per module of ``modules``, the lines of its top-level functions, classes and
+    assignments that no code of the package uses at run time (outside their own body),
+    and of its protocols (an interface's declarations): the shared helpers a package does
+    not call, type variables and aliases.
+
+    A mutant there changes nothing the package does (equivalent by construction), so it
+    is listed, not run. A name in ``__all__``, a docstring or an annotation is no use; an
+    import is (``__init__``'s public names), and so are ``entry_points`` (the factory a
+    setting names). Outside a package (no ``__init__.py``) only ``modules`` are read.
+    """
+    package = (package_dir / "__init__.py").is_file()
+    paths = sorted(package_dir.rglob("*.py")) if package else [package_dir / m for m in modules]
+    trees = {
+        path.relative_to(package_dir).as_posix(): ast.parse(path.read_text(encoding="utf-8"))
+        for path in paths
+    }
+    uses = dict.fromkeys(entry_points, 1)
+    for tree in trees.values():
+        for name in _runtime_names(tree):
+            uses[name] = uses.get(name, 0) + 1
+    out: dict[str, list[tuple[int, int]]] = {}
+    for module in modules:
+        for node in trees[module].body:
+            names = _defined(node)
+            if not names:
+                continue
+            protocol = isinstance(node, ast.ClassDef) and any(
+                getattr(base, "id", getattr(base, "attr", "")) == "Protocol" for base in node.bases
+            )
+            inside = list(_runtime_names(node))
+            if protocol or all(uses.get(name, 0) == inside.count(name) for name in names):
+                out.setdefault(module, []).append((node.lineno, node.end_lineno or node.lineno))
+    return out
+
+
+def package_mutants(
+    package_dir: Path, modules: Sequence[str], entry_points: Sequence[str] = ()
+) -> tuple[list[tuple[str, Mutant]], list[str]]:
+    """Every mutant of ``modules`` (paths relative to ``package_dir``) as (module, mutant),
+    but those in code the package never uses (:func:`unused_code`), whose ids come second."""
+    dead = unused_code(package_dir, modules, entry_points)
+    out: list[tuple[str, Mutant]] = []
+    unused: list[str] = []
+    for module in modules:
+        spans = dead.get(module, [])
+        for mutant in mutants(package_dir / module, label=module):
+            if any(first <= mutant.line <= last for first, last in spans):
+                unused.append(mutant.id)
+            else:
+                out.append((module, mutant))
+    return out, unused
+
+
+PYTEST_KILLS = (1, 2)
+"""pytest's exit codes that kill a mutant: tests failed (1), collection failed (2: the
+mutant does not import). 3 (internal error), 4 (usage error), 5 (no tests collected)
+and a signal say the run tested nothing, unless the unmutated code passes the same run
+(:meth:`PackageCopy.with_mutant`)."""
+
+
+def verdict(returncode: int) -> str:
+    """``survived``, ``killed`` or ``error`` (the run tested nothing) for a pytest exit code."""
+    if returncode == 0:
+        return "survived"
+    return "killed" if returncode in PYTEST_KILLS else "error"
+
+
+@dataclass
+class PackageCopy:
+    """A folder with its own copy of a package (or of a single-file module), put first on
+    ``PYTHONPATH`` so the suite's fresh interpreters import it too; a mutant is written
+    there, never in the original."""
+
+    folder: Path
+    package: str
+    """The package's folder name; empty for a single-file module."""
+    env: dict[str, str] = _field(default_factory=dict)
+
+    @classmethod
+    def make(cls, source: Path, folder: Path, *extra_path: str) -> PackageCopy:
+        """Copy ``source`` (a package folder or a module file) into ``folder/src``."""
+        src = folder / "src"
+        if source.is_dir():
+            shutil.copytree(source, src / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            src.mkdir(parents=True)
+            shutil.copy2(source, src / source.name)
+        env = dict(os.environ)
+        paths = [str(src), *extra_path, env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # a mutant's .pyc must never outlive it
+        env.pop("PYTEST_ADDOPTS", None)
+        return cls(folder, source.name if source.is_dir() else "", env)
+
+    def module_path(self, module: str) -> Path:
+        return self.folder / "src" / self.package / module
+
+    def pytest(self, command: Sequence[str], cwd: Path, timeout: float) -> str:
+        """Run ``command`` (a pytest command line) here: its :func:`verdict`, or ``timeout``."""
+        try:
+            done = subprocess.run(
+                list(command),
+                cwd=cwd,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return "timeout"
+        return verdict(done.returncode)
+
+    def with_mutant(
+        self, module: str, mutant: Mutant | None, command: Sequence[str], cwd: Path, timeout: float
+    ) -> str:
+        """Run ``command`` with ``mutant`` written into ``module`` (None: unmutated), then
+        put the module back.
+
+        An ``error`` (pytest tested nothing) is the mutant's doing when the same command
+        passes on the unmutated copy (a conftest that imports the package stops pytest
+        with a usage error, exit 4): then it is ``killed``; otherwise the run is at fault
+        and it stays ``error``."""
+        path = self.module_path(module)
+        original = path.read_text(encoding="utf-8")
+        try:
+            if mutant is not None:
+                path.write_text(mutant.source, encoding="utf-8")
+            said = self.pytest(command, cwd, timeout)
+        finally:
+            path.write_text(original, encoding="utf-8")
+        if said == "error" and mutant is not None:
+            return "killed" if self.pytest(command, cwd, timeout) == "survived" else "error"
+        return said
