@@ -79,8 +79,9 @@ def read_rows(database: Path) -> dict[str, int] | None:
     """Every row of ``database``: identity -> row number (None: no database). Read as
     ``follow`` reads it (the SDK's row converter), page by page, so a run still alive
     only adds rows between pages."""
+    from traceml_exporter_sdk._bridge.sqlite_connect import connect_read_only
     from traceml_exporter_sdk._bridge.sqlite_rows import RowConverter
-    from traceml_exporter_sdk._bridge.sqlite_source import connect_read_only, open_database
+    from traceml_exporter_sdk._bridge.sqlite_source import open_database
 
     if not database.exists():
         return None

@@ -20,8 +20,9 @@ from follow_files import status
 from follow_helpers import EXIT_INCOMPLETE, exported, finish, follow
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from traceml_exporter_sdk._bridge.sqlite_connect import BackfillError
 from traceml_exporter_sdk._bridge.sqlite_pages import PAGE_BYTES_ENV, ROW_BYTES_ENV
-from traceml_exporter_sdk._bridge.sqlite_source import BackfillError, SqliteSource, open_database
+from traceml_exporter_sdk._bridge.sqlite_source import SqliteSource, open_database
 from traceml_exporter_sdk.records import RECORD_TYPE_BY_STREAM
 from writer050 import Writer050, create_table_sql
 

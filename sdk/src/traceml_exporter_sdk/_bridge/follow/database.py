@@ -10,7 +10,7 @@ from pathlib import Path
 import apsw
 
 from ..database_holders import database_holders
-from ..sqlite_source import (
+from ..sqlite_connect import (
     DATABASE_ERRORS,
     BackfillError,
     Connection,

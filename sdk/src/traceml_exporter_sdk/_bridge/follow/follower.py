@@ -41,9 +41,9 @@ from ..._export.feeding import wait_for_room
 from ..._export.report import ExportFailure, ExportReport
 from ...worker import ExportWorker
 from ..database_holders import DatabaseWriters
+from ..sqlite_connect import BackfillError
 from ..sqlite_source import (
     PAGE_ROWS,
-    BackfillError,
     SqliteSource,
     open_database,
     plan_tables,

@@ -250,7 +250,8 @@ def _lock_own_run(database: Path, value: str | None) -> tuple[Path, RunLock] | N
 
 
 def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out: TextIO) -> int:
-    from ..._bridge.sqlite_source import BackfillError, mark_partial, open_database
+    from ..._bridge.sqlite_connect import BackfillError
+    from ..._bridge.sqlite_source import mark_partial, open_database
     from ..._export.feeding import feed
 
     path = Path(args.sqlite)
