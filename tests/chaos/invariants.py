@@ -66,6 +66,8 @@ FAULT_STATES = ("sink-down", "stuck", "hung", "failed", "stalled")
 """State labels that say the sink is in trouble (any containing one of these words)."""
 PRUNED_TOTAL = "traceml_exporter_follow_rows_pruned_total"
 LOST_TOTAL = "traceml_exporter_follow_rows_lost_total"
+WAITING = "waiting for the run"
+"""How a ``--session-root`` follower's progress line names the run it still awaits."""
 ENDED = ("done", "failed", "deleted")
 RUN_ENDS = ("complete", "aggregator-gone", "idle", "deleted")
 """Ends of a follow the run itself brings (not the sink, not a signal)."""
@@ -308,11 +310,25 @@ def _exit_codes(obs: Observation) -> Iterator[Violation]:
 
 def _had(obs: Observation, segment: Segment, run: str, before: float) -> bool:
     """``segment``'s follower followed ``run`` before ``before``: its progress lines name
-    it (not to pass it over), or its /metrics showed it."""
-    said = re.search(rf"follow {re.escape(run)}: (?!{PASSED})", segment.err)  # not passed over
+    it (not to pass it over, nor as the run it still waits for), or its /metrics showed
+    it in a state other than ``waiting`` (a ``--session-root`` follower shows the run it
+    awaits from its first second; one that never saw the run has nothing to name)."""
+    said = re.search(rf"follow {re.escape(run)}: (?!{PASSED}|{WAITING})", segment.err)
     return said is not None or any(
-        s["segment"] == segment.index and s["t"] < before and _has_series(s, run)
+        s["segment"] == segment.index
+        and s["t"] < before
+        and _has_series(s, run)
+        and not _awaited(s, run)
         for s in obs.scrapes
+    )
+
+
+def _awaited(scrape: dict[str, Any], run: str) -> bool:
+    """The scrape shows ``run`` as the run its follower still waits for."""
+    return any(
+        labels.get("run") == run and labels.get("state") == "waiting" and value == 1
+        for name, labels, value in scrape["metrics"]
+        if name.endswith("_state")
     )
 
 
