@@ -90,6 +90,12 @@ TEMPLATE_NAMES = frozenset(
         "Fault", "FieldDescriptor", "HTTPConnection", "HTTPSConnection", "LOGS_PATH", "MAX_BUFFER_BYTES", "MAX_REQUEST_BYTES", "OtlpExportError", "OtlpReceiver",
         "OtlpSettings", "RETRYABLE_STATUSES", "RecordEncoder", "SCOPE_NAME",
         "TIMESTAMPS", "VALUES", "KEY_ESCAPE", "ScriptedPeer",
+        # the prometheus sink's dashboard and rules generator (monitoring/) and its tests
+        "DashboardSchemaError", "FIRING", "Fed", "HERE", "IDENTITY", "KINDS", "NamedTuple",
+        "PLANTED_THRESHOLDS", "Query", "RANK", "RUN", "STEP", "STUCK_S", "Thresholds",
+        "UNIT_TESTS", "VARIABLES", "WAIT",
+        # the mlflow sink's test support (its fault proxy's deadline)
+        "CHECK_MARKER", "CHECK_TIMEOUT_S",
         # the lifecycle every exporter shares (_lifecycle.py)
         "Lifecycle", "State",
         # the shared test helpers (tests/exporter_calls.py)
