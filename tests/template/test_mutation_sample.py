@@ -33,7 +33,7 @@ SAMPLES = {
             "exporter.py:ParquetExporter.flush:delete:1",  # flush writes no part
             "_parquet_text.py:to_array:handler:1",  # a lone surrogate raises
         ),
-        ("_files.py:replacing:constant:1", "survived"),  # summary not fsynced (format)
+        ("_files.py:replacing:constant:1", "killed"),  # summary not fsynced (format)
     ),
 }
 """Per sink: mutants the suite alone must kill, and one reviewed survivor of the suite with
