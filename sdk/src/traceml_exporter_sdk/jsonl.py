@@ -234,7 +234,11 @@ class JsonlExporter:
         assert folder is not None
         for stream in sorted(kinds - self._files.keys()):
             fd = folder.create(paths[stream].name, folder.mode & 0o644)
-            handle = open(fd, "wb", buffering=_BUFFER_SIZE)  # noqa: SIM115 - see close()
+            try:
+                handle = open(fd, "wb", buffering=_BUFFER_SIZE)  # noqa: SIM115 - see close()
+            except BaseException:
+                os.close(fd)
+                raise
             self._files[stream] = handle
             self._writers[stream] = handle.write
             self._written[stream] = 0

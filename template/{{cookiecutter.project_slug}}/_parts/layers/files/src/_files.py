@@ -85,10 +85,10 @@ def open_append(path: Path) -> IO[bytes]:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path} is not a regular file: refused")
+        return os.fdopen(fd, "ab")
     except BaseException:
         os.close(fd)
         raise
-    return os.fdopen(fd, "ab")
 
 
 def fsync_path(path: Path) -> None:

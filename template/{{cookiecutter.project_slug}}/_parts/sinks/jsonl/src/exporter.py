@@ -127,7 +127,11 @@ def _cut_torn_line(path: Path) -> None:
         fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
     except FileNotFoundError:
         return
-    handle = os.fdopen(fd, "r+b")
+    try:
+        handle = os.fdopen(fd, "r+b")
+    except BaseException:
+        os.close(fd)
+        raise
     with handle:
         end = position = handle.seek(0, os.SEEK_END)
         keep = 0
