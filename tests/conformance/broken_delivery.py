@@ -106,8 +106,12 @@ class TruncatesOnRestart(Good):
 
     def open(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        for stream in self.streams:
-            self.files[stream] = open(self.dir / f"{stream}.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+        try:
+            for stream in self.streams:
+                self.files[stream] = open(self.dir / f"{stream}.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+        except BaseException:
+            self.close_files()
+            raise
 
 
 def make_truncates_on_restart(context: Any) -> TruncatesOnRestart:
@@ -132,8 +136,17 @@ class SqliteLeftOpenOnFailure(Good):
 
     def open(self) -> None:
         super().open()
-        self.db = sqlite3.connect(self.dir / "index.db")
-        self.db.execute("CREATE TABLE IF NOT EXISTS batches (n INTEGER)")
+        try:
+            self.db = sqlite3.connect(self.dir / "index.db")
+        except BaseException:
+            self.close_files()
+            raise
+        try:
+            self.db.execute("CREATE TABLE IF NOT EXISTS batches (n INTEGER)")
+        except BaseException:
+            self.db.close()
+            self.close_files()
+            raise
 
     def write(self, records: Any) -> None:
         super().write(records)

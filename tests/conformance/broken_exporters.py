@@ -185,7 +185,11 @@ class LeakedFd(Good):
 
     def open(self) -> None:
         super().open()
-        self.lock = os.open(self.dir / ".lock", os.O_CREAT | os.O_RDWR)
+        try:
+            self.lock = os.open(self.dir / ".lock", os.O_CREAT | os.O_RDWR)
+        except BaseException:
+            self.close_files()
+            raise
 
 
 def make_leaked_fd(context: Any) -> LeakedFd:
@@ -536,6 +540,79 @@ class LeaksOnOpenFailure(Good):
 
 def make_leaks_on_open_failure(context: Any) -> LeaksOnOpenFailure:
     return LeaksOnOpenFailure(context)
+
+
+class LeaksFolderWhenListingFails(Good):
+    """Lists its export folder through a descriptor of it, and does not close that
+    descriptor when the listing fails (EMFILE, EIO)."""
+
+    def open(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        folder = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        names = os.listdir(folder)
+        os.close(folder)
+        self.open_part(names)
+
+    def open_part(self, names: list[str]) -> None:
+        part = next_part_of(names)
+        try:
+            for stream in self.streams:
+                self.files[stream] = open(self.dir / part_name(stream, part), "x", encoding="utf-8")  # noqa: SIM115
+        except BaseException:
+            self.close_files()
+            raise
+
+
+def next_part_of(names: list[str]) -> int:
+    """``next_part`` of a folder's listing."""
+    highest = -1
+    for name in names:
+        if name.endswith(".jsonl"):
+            number = name.split(".")[1] if name.count(".") == 2 else "0"
+            highest = max(highest, int(number) if number.isdigit() else 0)
+    return highest + 1
+
+
+def make_leaks_folder_when_listing_fails(context: Any) -> LeaksFolderWhenListingFails:
+    return LeaksFolderWhenListingFails(context)
+
+
+class SwallowsListingFailure(LeaksFolderWhenListingFails):
+    """Carries on when listing its export folder fails, "it only picks the part number":
+    open returns having opened nothing, and the first write fails."""
+
+    def open(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return
+        self.open_part(names)
+
+
+def make_swallows_listing_failure(context: Any) -> SwallowsListingFailure:
+    return SwallowsListingFailure(context)
+
+
+class LeaksDescriptorWhenWrapFails(Good):
+    """Makes each file with ``os.open`` (exclusive, its own mode) and wraps the descriptor
+    in a file object; when the wrapping fails, the bare descriptor is left open."""
+
+    def open(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        part = next_part(self.dir)
+        try:
+            for stream in self.streams:
+                path = self.dir / part_name(stream, part)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+                self.files[stream] = open(fd, "w", encoding="utf-8")  # noqa: SIM115
+        except BaseException:
+            self.close_files()
+            raise
+
+
+def make_leaks_descriptor_when_wrap_fails(context: Any) -> LeaksDescriptorWhenWrapFails:
+    return LeaksDescriptorWhenWrapFails(context)
 
 
 class SwallowedSinkError(Good):

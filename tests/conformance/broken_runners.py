@@ -200,8 +200,12 @@ class StreamsFixedAtFirstOpen(Good):
         else:
             manifest.write_text(json.dumps(list(self.streams)), "utf-8")
         part = next_part(self.dir)
-        for stream in self.streams:
-            self.files[stream] = open(self.dir / part_name(stream, part), "x", encoding="utf-8")  # noqa: SIM115
+        try:
+            for stream in self.streams:
+                self.files[stream] = open(self.dir / part_name(stream, part), "x", encoding="utf-8")  # noqa: SIM115
+        except BaseException:
+            self.close_files()
+            raise
 
     def put(self, records: Any) -> None:
         for record in records:

@@ -124,6 +124,7 @@ MATRIX: dict[str, frozenset[str]] = {
         "restart_with_other_streams",
         "restart_after_kill",
         "new_instance_after_outage",
+        "fault_at_every_io_call",  # its lifecycles that ran through are read back
     ),
     # close semantics
     "broken_exporters:make_no_flush_on_close": ids(
@@ -146,7 +147,14 @@ MATRIX: dict[str, frozenset[str]] = {
     ),
     "broken_exporters:make_hostile_text_crash": ids("hostile_text"),
     # failure behaviour
-    "broken_exporters:make_leaks_on_open_failure": ids("open_failure_leaks_nothing"),
+    "broken_exporters:make_leaks_on_open_failure": ids(
+        "open_failure_leaks_nothing", "fault_at_every_io_call"
+    ),
+    # an I/O call in open fails (EIO, EMFILE) where no break_sink reaches: a listing of
+    # the export folder, the wrapping of a bare descriptor
+    "broken_exporters:make_leaks_folder_when_listing_fails": ids("fault_at_every_io_call"),
+    "broken_exporters:make_swallows_listing_failure": ids("fault_at_every_io_call"),
+    "broken_exporters:make_leaks_descriptor_when_wrap_fails": ids("fault_at_every_io_call"),
     "broken_exporters:make_swallowed_sink_error": ids(
         "sink_failure_raised", "close_failure_raised"
     ),
@@ -173,7 +181,11 @@ MATRIX: dict[str, frozenset[str]] = {
     ),
     "broken_delivery:make_close_swallows_failure": ids("close_failure_raised"),
     "broken_delivery:make_auto_flush_timer": ids("only_worker_thread_runs_exporter"),
-    "broken_delivery:make_sqlite_left_open_on_failure": ids("failure_releases_resources"),
+    # its connection stays open after any failing write: break_sink's, or a journal
+    # sqlite cannot open for want of a descriptor
+    "broken_delivery:make_sqlite_left_open_on_failure": ids(
+        "failure_releases_resources", "fault_at_every_io_call"
+    ),
     "broken_delivery:make_mutates_records": ids(
         "records_left_unchanged", "values_equal_to_dict", "special_floats", "hostile_text"
     ),
@@ -209,6 +221,7 @@ MATRIX: dict[str, frozenset[str]] = {
         "restart_with_other_streams",
         "restart_after_kill",
         "new_instance_after_outage",
+        "fault_at_every_io_call",  # its lifecycles that ran through are read back
     ),
     "broken_delivery:make_clock_stamped": ids(
         "foreign_record_classes", "values_equal_to_dict", "hostile_text", "special_floats"

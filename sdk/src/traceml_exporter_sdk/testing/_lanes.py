@@ -30,6 +30,7 @@ __all__ = [
     "lane_base",
     "lane_batches",
     "lane_of",
+    "lanes_delivered_problems",
     "origins",
     "run_problems",
 ]
@@ -67,6 +68,31 @@ def origins(actual: cmp.ReadBack, lanes: Mapping[int, str]) -> Counter[str]:
 def lane_of(row: Mapping[str, Any], lanes: Mapping[int, str]) -> str:
     """The label of the lane that wrote ``row`` (``"?"``: none)."""
     return next(iter(origins({"": [dict(row)]}, lanes)))
+
+
+def lanes_delivered_problems(
+    env: Env,
+    context: ExporterContext,
+    required: Sequence[Any],
+    actual: cmp.ReadBack,
+    lanes: Mapping[int, str],
+    dropped: str,
+) -> list[str]:
+    """How ``actual`` differs from ``required``, leaving out rows of the lanes labelled
+    ``dropped`` (what an instance that failed or was killed may or may not have written);
+    where the sink stamps its own observed time, only that nothing is missing."""
+    if origins(actual, lanes).get("?"):
+        expected = env.expected(required, context)
+        return [
+            f"{stream}: wrote {len(rows)} records, read back {len(actual.get(stream, []))}"
+            for stream, rows in expected.items()
+            if len(actual.get(stream, [])) < len(rows)
+        ]
+    kept = {
+        stream: [row for row in rows if lane_of(row, lanes) != dropped]
+        for stream, rows in actual.items()
+    }
+    return env.delivery_problems(required, context, kept)
 
 
 def run_problems(

@@ -1,4 +1,4 @@
-"""Failure behaviour: a failing open leaks nothing, a broken sink is raised, no thread lingers."""
+"""Failure behaviour: a failing method leaks nothing, a broken sink is raised, no thread lingers."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 from ...context import ExporterContext
 from ...worker import ExportWorker
 from .._harness import WORKER_THREAD, CallLog, recording_factory
+from .._io_faults import MAX_BUDGET, under_pressure
+from .._lanes import lane_batches
 from .._resources import Snapshot, describe_threads, leftover_files, open_fds
 from ..environment import NO_PERMANENT_FAULT, Env, failure_hint
 from ..registry import CheckGroup
@@ -43,6 +45,65 @@ def check_open_failure_leaks_nothing(env: Env) -> None:
         + problems
         + ". close is never called after a failed open, so open must clean up before it raises."
     )
+
+
+@GROUP.check
+def check_fault_at_every_io_call(env: Env) -> None:
+    """Rule: a method that fails at whatever point it does I/O releases everything first;
+    one that returns did its work.
+
+    In a child process each method in turn (open, a write of every stream, flush, close)
+    has its 1st, 2nd, ... I/O call fail (``OSError``), then runs with 0, 1, ... free file
+    descriptors until it returns; the rest of the lifecycle runs without a fault
+    (``testing/_io_faults.py``). Reaches failures no break_sink makes: listing the
+    export folder, a second file, a socket, a lock, a journal. Every lifecycle that ran
+    through must be readable. Needs the factory as ``module:factory``.
+
+    Contract: "A method may raise. The worker then logs the failure, stops using the
+    exporter, and records the loss in finalization_warning.json."
+    """
+    if env.spec is None:
+        pytest.skip("the factory has no module:factory name, so a child process cannot load it")
+    base = env.tmp_path / "runs"
+    base.mkdir()
+    pressure = under_pressure(env.spec, base, export_streams="all", include_hostname=False)
+    assert not pressure.error, f"the child process running the exporter ended: {pressure.error}"
+    warm = pressure.attempts[0]
+    assert warm.outcome == "done", (
+        f"with no fault injected, the exporter failed in {warm.method}: {warm.error}"
+    )
+    for attempt in pressure.attempts:
+        if attempt.kept:
+            pytest.fail(
+                f"{attempt.squeezed} raised ({attempt.error}) {attempt.describe()}, and left "
+                f"{', '.join(attempt.kept)} open: the worker calls nothing more on an "
+                "exporter that raised, not even close, so a failing method releases "
+                "everything the instance holds before it raises",
+                pytrace=False,
+            )
+        if attempt.outcome == "later":
+            pytest.fail(
+                f"{attempt.squeezed} returned {attempt.describe()}, then {attempt.method} "
+                f"raised ({attempt.error}) with nothing failing: {attempt.squeezed} swallowed "
+                "a failure. A method that cannot do its work raises",
+                pytrace=False,
+            )
+    last = {a.squeezed: a for a in pressure.attempts if a.fault == "descriptors"}
+    for method, attempt in last.items():
+        assert attempt.outcome != "failed", (
+            f"{method} still failed with {MAX_BUDGET} free file descriptors: {attempt.error}"
+        )
+    if not env.has_read_back:
+        return
+    for context, lane in pressure.delivered(base, include_hostname=False):
+        actual = env.require_read_back(context)
+        required = [r for b in lane_batches(lane, context.streams) for r in b]
+        problems = env.delivery_problems(required, context, actual)
+        assert not problems, (
+            "a lifecycle that ran through (open, write, flush and close returned) among ones "
+            f"that met a fault, {difference(env, required, context, actual)}:\n"
+            + "\n".join(problems)
+        )
 
 
 class _SinkFailure:

@@ -11,7 +11,7 @@ import pytest
 
 from ...context import ExporterContext
 from .._kill import Moment, kill_child
-from .._lanes import Lane, as_traceml_run, lane_batches, lane_of, origins, run_problems
+from .._lanes import Lane, as_traceml_run, lane_batches, lanes_delivered_problems, run_problems
 from .._records import PoisonedRecord
 from .._resources import file_states, leftover_files, lost_files, tree_digest
 from ..environment import Env
@@ -464,19 +464,7 @@ def check_restart_after_kill(env: Env) -> None:
     if env.aggregating:
         return  # a sink of series: what of the unflushed writes arrived is unknown
     required = [*flushed, *third.log.written()]
-    if origins(actual, lanes).get("?"):  # the sink's own observed time: count at least
-        expected = env.expected(required, context)
-        problems = [
-            f"{stream}: wrote {len(rows)} records, read back {len(actual.get(stream, []))}"
-            for stream, rows in expected.items()
-            if len(actual.get(stream, [])) < len(rows)
-        ]
-    else:
-        kept = {
-            stream: [row for row in rows if lane_of(row, lanes) != "unflushed"]
-            for stream, rows in actual.items()
-        }
-        problems = env.delivery_problems(required, context, kept)
+    problems = lanes_delivered_problems(env, context, required, actual, lanes, "unflushed")
     assert not problems, (
         "after a kill right after a flush and one in the middle of a write, a new instance "
         "on the same folder: of what was flushed before the kills and what the new "
