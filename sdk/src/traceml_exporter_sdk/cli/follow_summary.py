@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TextIO
 
 from .._bridge.follow.ending import ENDS
+from .._export.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .._export.shown import shown
 from .errors import error_line
-from .exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .replay_summary import bad_row_lines, location_lines, per_stream_lines, source_lines, summarize
 
 if TYPE_CHECKING:

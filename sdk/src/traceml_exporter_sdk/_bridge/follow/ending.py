@@ -9,8 +9,7 @@ import dataclasses
 from typing import Any
 
 from ..._export import run_files
-from ..._export.shown import shown
-from ...cli.exit_codes import (
+from ..._export.exit_codes import (
     EXIT_EXPORT,
     EXIT_INCOMPLETE,
     EXIT_INPUT,
@@ -18,6 +17,7 @@ from ...cli.exit_codes import (
     EXIT_OK,
     EXIT_PERMANENT,
 )
+from ..._export.shown import shown
 from .result import FollowResult, record_follow
 from .run import RunFolder
 

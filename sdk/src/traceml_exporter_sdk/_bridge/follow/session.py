@@ -298,7 +298,7 @@ def follow_logs_dir(
         MetricsUnavailableError, MetricsAddressError: ``/metrics`` cannot be served.
         RunNotFoundError: ``logs_dir`` is no folder, or is a run folder itself.
     """
-    from ...cli.exit_codes import EXIT_INCOMPLETE, EXIT_OK
+    from ..._export.exit_codes import EXIT_INCOMPLETE, EXIT_OK
     from .ending import service_exit_code, worst
     from .service import LogsDirectory
 
