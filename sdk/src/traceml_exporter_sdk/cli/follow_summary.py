@@ -47,6 +47,8 @@ def follow_summary(result: FollowResult, spec: str, out: TextIO, signal_name: st
     bookmark = folder.bookmark_path
     held = bookmark if bookmark.exists() else "none (nothing was acknowledged)"
     lines.append(f"{'bookmark':<26} {result.bookmark_error or held}")
+    if result.stale_warning is not None:
+        lines.append(f"{'finalization_warning.json':<26} STALE: {shown(result.stale_warning)}")
     summarize(report, lines, out, spec, None, "")
     code = result.exit_code
     if result.end == "interrupted":

@@ -179,11 +179,11 @@ def _stderr_line(line: str) -> None:
 
 
 def _on_event(progress: bool) -> Any:
-    """Where ``/metrics`` listens and the wait go to stderr always; the runs passed over
-    or followed elsewhere with the progress lines."""
+    """Where ``/metrics`` listens, the wait, refused runs and a stale warning file go to
+    stderr always; the runs passed over or followed elsewhere with the progress lines."""
 
     def on_event(notice: Notice) -> None:
-        if progress or notice.kind in ("metrics", "waiting", "refused"):
+        if progress or notice.kind in ("metrics", "waiting", "refused", "stale-warning"):
             _stderr_line(notice.line)
 
     return on_event
