@@ -91,8 +91,8 @@ def leave_the_truth(result: FollowResult, folder: RunFolder, message: str) -> No
             run_files.remove_file(folder.warning_path, root=folder.root)
         except OSError as exc:  # a file that will not go, or an unsafe follow/ folder
             result.stale_warning = (
-                f"could not remove the earlier {folder.warning_path}, which says the run was "
-                f"not complete: {exc.strerror or exc}; this follow ended complete, nothing lost"
+                f"could not remove the earlier {folder.warning_path} (what it says no longer "
+                f"holds: this follow ended complete, nothing lost): {exc.strerror or exc}"
             )
         result.report = dataclasses.replace(report, warning_path=None)
         return

@@ -50,7 +50,7 @@ class FollowResult:
     warning_error: str | None = None
     stale_warning: str | None = None
     """Why an earlier ``finalization_warning.json`` is still there after a complete end
-    (it could not be removed, and still says the run was not complete); None otherwise."""
+    (it could not be removed, and what it says no longer holds); None otherwise."""
     read_error: str | None = None
     """Why reading the database failed (``end`` is ``read-error``)."""
     outages: list[dict[str, Any]] = field(default_factory=list)
