@@ -179,6 +179,60 @@ def test_no_import_cycle_in_the_package() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+LIBRARY = (f"{PACKAGE}._bridge", f"{PACKAGE}._export", f"{PACKAGE}._build", f"{PACKAGE}.follow")
+"""The library below the command: follow embedded in a service needs no ``cli``."""
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> dict[str, str | None]:
+    """Every module ``start`` imports, directly or through others -> who imports it."""
+    via: dict[str, str | None] = {start: None}
+    todo = [start]
+    while todo:
+        node = todo.pop()
+        for nxt in sorted(graph[node] - set(via)):
+            via[nxt] = node
+            todo.append(nxt)
+    return via
+
+
+def test_the_follow_library_never_imports_the_cli() -> None:
+    """No module of ``LIBRARY`` reaches ``cli`` by any import, however indirect, lazy
+    ones inside functions and ``TYPE_CHECKING`` ones included; the chain is named."""
+    graph = import_graph()
+    roots = [m for m in graph if any(m == r or m.startswith(f"{r}.") for r in LIBRARY)]
+    assert f"{PACKAGE}._bridge.follow.session" in roots
+    chains = []
+    for root in roots:
+        via = reachable(graph, root)
+        for module in sorted(m for m in via if m.startswith(f"{PACKAGE}.cli")):
+            chain = [module]
+            while (importer := via[chain[-1]]) is not None:
+                chain.append(importer)
+            chains.append(" <- ".join(chain))
+    assert chains == []
+
+
+def test_the_reachability_reader_follows_chains() -> None:
+    via = reachable({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}, "a")
+    assert via == {"a": None, "b": "a", "c": "b"}
+
+
+def test_importing_the_follow_library_loads_no_cli_module() -> None:
+    """Also at run time (an ``importlib`` call the source reader cannot see): a fresh
+    interpreter importing the follow library and its ``_bridge`` has no ``cli`` module."""
+    library = [m for m in modules() if m.startswith(f"{PACKAGE}._bridge")]
+    script = (
+        f"import sys, importlib\nfor m in {[f'{PACKAGE}.follow', *library]!r}:\n"
+        "    importlib.import_module(m)\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({PACKAGE + '.cli'!r})))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 def test_no_module_is_over_about_500_lines() -> None:
     big = {
         name: n

@@ -25,7 +25,8 @@ nox.options.default_venv_backend = "uv|virtualenv"
 ROOT = Path(__file__).parent
 LINT_PATHS = ["src", "tests", "noxfile.py"]
 """ruff's paths, named, and git's ignore files not consulted: in a folder git ignores
-(another project's ``.nox/``, say) ``ruff check .`` reads nothing and exits 0."""
+(another project's ``.nox/``, say) ``ruff check .`` reads nothing and exits 0. The lint
+session also fails unless ruff read every Python file under them, and at least one."""
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 PYTHONS = [{% for minor in range(cookiecutter.python_min.split('.')[1] | int, 14) %}"3.{{ minor }}"{% if not loop.last %}, {% endif %}{% endfor %}]
 SDK_NAME = "traceml-exporter-sdk"
@@ -87,12 +88,34 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+def python_files() -> set[Path]:
+    """The Python files under ``LINT_PATHS``: what ruff must read."""
+    found: set[Path] = set()
+    for name in LINT_PATHS:
+        path = ROOT / name
+        candidates = path.rglob("*.py") if path.is_dir() else [path]
+        found.update(p.resolve() for p in candidates if p.is_file() and p.suffix == ".py")
+    return found
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check."""
+    """ruff check and ruff format --check, having read every Python file (and some)."""
     session.install(*group("lint"))
-    session.run("ruff", "check", "--no-respect-gitignore", *LINT_PATHS)
-    session.run("ruff", "format", "--check", "--no-respect-gitignore", *LINT_PATHS)
+    options = ["--no-respect-gitignore"]
+    listed = session.run("ruff", "check", *options, "--show-files", *LINT_PATHS, silent=True)
+    lines = [line.strip() for line in str(listed).splitlines()]
+    seen = {Path(line).resolve() for line in lines if line.endswith(".py")}
+    expected = python_files()
+    if not seen or seen != expected:
+        missed = sorted(os.path.relpath(p, ROOT) for p in expected - seen)
+        session.error(
+            f"ruff read {len(seen)} of the {len(expected)} Python files under "
+            f"{', '.join(LINT_PATHS)}; missed: {missed} (a lint that read nothing passes nothing)"
+        )
+    session.log(f"ruff: {len(seen)} files")
+    session.run("ruff", "check", *options, *LINT_PATHS)
+    session.run("ruff", "format", "--check", *options, *LINT_PATHS)
 
 
 @nox.session

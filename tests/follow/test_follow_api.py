@@ -184,6 +184,52 @@ def test_a_run_is_followed_to_its_end_with_what_was_exported_and_written_down(
     assert (run.root / "aggregator/follow/bookmark.json").exists()
 
 
+def test_a_stale_warning_that_cannot_be_removed_is_counted_and_told(run: Writer050) -> None:
+    """A complete end removes an earlier ``finalization_warning.json``; one that will not
+    go (a folder in its place here) is the result's ``stale_warning``, a ``stale-warning``
+    notice, and a count in ``status.json`` and ``/metrics``. Nothing was lost: exit 0."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from traceml_exporter_sdk._bridge.follow.metrics import _Collector
+
+    stale = run.root / "aggregator/follow/finalization_warning.json"
+    (stale / "kept").mkdir(parents=True)
+    run.flush(step_records(0, 50))
+    run.close()
+    seen = Seen()
+    result = follow_run(
+        "jsonl", run.root, settings=FAST, on_status=seen.snapshot, on_event=seen.event
+    )
+    assert (result.end, result.exit_code, result.lost) == ("complete", 0, {})
+    assert result.stale_warning is not None
+    assert result.stale_warning.startswith(f"could not remove the earlier {stale}")
+    assert [n.kind for n in seen.notices] == ["stale-warning"]
+    assert seen.notices[0].line == f"follow run1: {result.stale_warning}"
+    status = json.loads((run.root / "aggregator/follow/status.json").read_text())
+    assert (status["end"], status["stale_warnings"]) == ("complete", 1)
+    assert seen.snapshots[-1]["stale_warnings"] == 1
+    registry = CollectorRegistry()
+    registry.register(_Collector(lambda: [status], None))
+    metrics = generate_latest(registry).decode()
+    assert 'traceml_exporter_follow_stale_warnings_total{run="run1"} 1.0' in metrics
+    assert stale.is_dir()
+
+
+def test_a_complete_end_removes_an_earlier_warning_and_says_nothing(run: Writer050) -> None:
+    """The same end with a removable warning file: gone, no notice, a count of 0."""
+    stale = run.root / "aggregator/follow/finalization_warning.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text('{"follow": {"run_end": "exporter-failed"}}')
+    run.flush(step_records(0, 50))
+    run.close()
+    seen = Seen()
+    result = follow_run("jsonl", run.root, settings=FAST, on_event=seen.event)
+    assert (result.end, result.exit_code, result.stale_warning) == ("complete", 0, None)
+    assert not stale.exists()
+    assert seen.notices == []
+    status = json.loads((run.root / "aggregator/follow/status.json").read_text())
+    assert status["stale_warnings"] == 0
+
+
 def test_the_result_counts_what_was_lost_and_writes_it_down(run: Writer050) -> None:
     ids = run.flush(step_records(0, 100))["step_time_samples"]
     run.flush(step_records(100, 50), prune={"step_time_samples": ids[59]})

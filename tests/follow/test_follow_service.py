@@ -127,6 +127,19 @@ def test_a_resumed_follow_that_completes_leaves_no_stale_warning(run: Writer050)
     assert not (run.root / "aggregator/follow/finalization_warning.json").exists()
 
 
+def test_a_stale_warning_that_cannot_be_removed_is_said_at_the_end(run: Writer050) -> None:
+    """The command says it on stderr (without --progress) and in the summary; exit 0."""
+    stale = run.root / "aggregator/follow/finalization_warning.json"
+    (stale / "kept").mkdir(parents=True)
+    feed(run, 0, 50)
+    run.close()
+    code, out, err = finish(follow(run.root))
+    assert code == 0, (out, err)
+    assert f"follow run1: could not remove the earlier {stale}" in err
+    assert re.search(r"finalization_warning\.json +STALE: could not remove the earlier", out)
+    assert status(run.root)["stale_warnings"] == 1
+
+
 # -- one follower per run -----------------------------------------------------------
 
 

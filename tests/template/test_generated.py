@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
@@ -260,6 +261,71 @@ def test_generated_noxfile_runs_lint_and_typecheck(baked: Path, tmp_path: Path) 
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "-e" in result.stderr
     assert f"{ROOT / 'sdk'}[testing]" in result.stderr
+    assert f"ruff: {len(gates.python_files(baked))} files" in result.stderr
+
+
+_TOOL_CACHES = shutil.ignore_patterns(
+    ".mypy_cache", ".pytest_cache", ".ruff_cache", "__pycache__", ".nox", ".hypothesis"
+)
+
+
+def _no_python_left(project: Path) -> None:
+    """Folders without Python files: a bare ``ruff check`` warns and exits 0."""
+    for name in ("src", "tests"):
+        for path in (project / name).rglob("*.py"):
+            path.unlink()
+    noxfile = project / "noxfile.py"
+    text = noxfile.read_text("utf-8")
+    assert 'LINT_PATHS = ["src", "tests", "noxfile.py"]' in text
+    noxfile.write_text(text.replace('"tests", "noxfile.py"]', '"tests"]', 1), "utf-8")
+
+
+def _ruff_excludes_python(project: Path) -> None:
+    pyproject = project / "pyproject.toml"
+    text = pyproject.read_text("utf-8")
+    assert "[tool.ruff]\n" in text
+    pyproject.write_text(
+        text.replace("[tool.ruff]\n", '[tool.ruff]\nexclude = ["*.py"]\n'), "utf-8"
+    )
+
+
+@pytest.mark.sink_independent
+@pytest.mark.parametrize(
+    ("breaking", "outcome"),
+    [
+        (None, r"nox > ruff: (\d+) files\n"),
+        (_no_python_left, r"ruff read 0 of the 0 Python files under src, tests;"),
+        (_ruff_excludes_python, r"ruff read 1 of the (\d+) Python files .*'src/"),
+    ],
+    ids=["baked", "no-python-files", "ruff-skips-files"],
+)
+def test_generated_lint_session_fails_unless_ruff_read_every_file(
+    baked: Path,
+    tmp_path: Path,
+    breaking: Callable[[Path], None] | None,
+    outcome: str,
+) -> None:
+    """The project's lint session, run in this environment (no venv, no install), counts
+    the files ruff read: it passes on the bake and fails when ruff read none or skipped some.
+    """
+    project = Path(shutil.copytree(baked, tmp_path / "project", ignore=_TOOL_CACHES))
+    if breaking is not None:
+        breaking(project)
+    here = [str(Path(tool("ruff")).parent), os.environ.get("PATH", "")]
+    result = run(
+        [
+            *(tool("nox"), "--script-mode", "none", "--force-venv-backend", "none"),
+            *("--no-install", "--envdir", tmp_path / "nox", "-s", "lint"),
+        ],
+        cwd=project,
+        env={**os.environ, "PATH": os.pathsep.join(here)},
+    )
+    output = result.stdout + result.stderr
+    found = re.search(outcome, output)
+    assert found is not None, output[-4000:]
+    assert (result.returncode == 0) is (breaking is None), output[-4000:]
+    if found.groups():
+        assert int(found[1]) == len(gates.python_files(project))
 
 
 @pytest.mark.sink_independent

@@ -37,7 +37,7 @@ was read (TraceML's history retention): such rows are counted as ``pruned``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -64,6 +64,7 @@ __all__ = [
     "SqliteSource",
     "TablePlan",
     "mark_partial",
+    "no_table_message",
     "open_database",
 ]
 
@@ -271,6 +272,23 @@ def add_warning_block(session_root: Path, name: str, block: dict[str, Any]) -> P
     except OSError:
         return None
     return path
+
+
+def no_table_message(source: SqliteSource, streams: Iterable[str]) -> str:
+    """The one line for a database with no readable table of the selected streams."""
+    problems = source.missing + [
+        f"{table} (lacks columns {', '.join(cols)})" for table, cols in source.unreadable.items()
+    ]
+    message = (
+        f"{source.path} has no readable table of the selected streams ({', '.join(streams)}): "
+        f"{', '.join(problems)}"
+    )
+    if source.unreadable:
+        message += (
+            "; readable are TraceML 0.5.0's table layout (recv_ts_ns, sample_ts_s) and the "
+            "export contract's (observed_timestamp_unix_ns, timestamp_unix_ns)"
+        )
+    return message
 
 
 def _quote(name: str) -> str:

@@ -7,7 +7,8 @@ the exit codes in ``EXIT_CODES``; never a traceback. Set
 
 This module is the entry point (``traceml_exporter_sdk.cli:main``): it builds
 the parser from the command modules in ``commands/`` and turns what a command
-raises into an error line and an exit code. The codes are in ``exit_codes``.
+raises into an error line and an exit code. The codes are in ``_export.exit_codes``
+(below the CLI: the follow library reports them too).
 """
 
 from __future__ import annotations
@@ -20,18 +21,17 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from .. import __version__
-from .commands import COMMANDS
-from .commands.new import template_dir
-from .errors import PROG, CliError, error_line, one_line
-from .exit_codes import (
+from .._export.exit_codes import (
     EXIT_CODES,
-    EXIT_EPILOG,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
 )
-from .parser import CliParser, Formatter
+from .commands import COMMANDS
+from .commands.new import template_dir
+from .errors import PROG, CliError, error_line, one_line
+from .parser import EXIT_EPILOG, CliParser, Formatter
 
 __all__ = ["EXIT_CODES", "CliError", "build_parser", "main", "template_dir"]
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from queue import Queue
 from typing import TextIO
 
+from .._export.exit_codes import EXIT_FAILED, EXIT_INPUT
 from ..testing._mutation import Mutant, PackageCopy, package_mutants
 from .errors import CliError
-from .exit_codes import EXIT_FAILED, EXIT_INPUT
 
 __all__ = ["exporter_source", "run_mutants"]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TextIO
 
 from .._bridge.follow.ending import ENDS
+from .._export.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .._export.shown import shown
 from .errors import error_line
-from .exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .replay_summary import bad_row_lines, location_lines, per_stream_lines, source_lines, summarize
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ def follow_summary(result: FollowResult, spec: str, out: TextIO, signal_name: st
     bookmark = folder.bookmark_path
     held = bookmark if bookmark.exists() else "none (nothing was acknowledged)"
     lines.append(f"{'bookmark':<26} {result.bookmark_error or held}")
+    if result.stale_warning is not None:
+        lines.append(f"{'finalization_warning.json':<26} STALE: {shown(result.stale_warning)}")
     summarize(report, lines, out, spec, None, "")
     code = result.exit_code
     if result.end == "interrupted":

@@ -11,10 +11,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from .._export.exit_codes import EXIT_INPUT, EXIT_USAGE
 from ..factory import ExporterSettingError, validate_exporter_setting
 from ..streams import DEFAULT_EXPORT_STREAMS, parse_export_streams
 from .errors import CliError
-from .exit_codes import EXIT_INPUT, EXIT_USAGE
 
 __all__ = [
     "CLAIM",

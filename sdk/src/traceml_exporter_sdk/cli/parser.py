@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from typing import Any, NoReturn
 
+from .._export.exit_codes import EXIT_CODES, EXIT_USAGE
 from .errors import CliError
-from .exit_codes import EXIT_EPILOG, EXIT_USAGE
 
-__all__ = ["CliParser", "Formatter", "add_command"]
+__all__ = ["EXIT_EPILOG", "CliParser", "Formatter", "add_command"]
+
+EXIT_EPILOG = "exit codes:\n" + "\n".join(
+    textwrap.fill(text, width=96, initial_indent=f"  {code:<4}", subsequent_indent=" " * 6)
+    for code, text in EXIT_CODES.items()
+)
+"""The exit-code table as every ``--help`` ends."""
 
 
 class CliParser(argparse.ArgumentParser):

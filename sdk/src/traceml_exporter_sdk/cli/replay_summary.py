@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from .._export.exit_codes import EXIT_EXPORT, EXIT_INTERRUPTED, EXIT_OK
 from .._export.shown import shown
 from ..factory import BUILTIN_ALIASES, factory_target
 from .errors import error_line
-from .exit_codes import EXIT_EXPORT, EXIT_INTERRUPTED, EXIT_OK
 
 if TYPE_CHECKING:
     from .._bridge.sqlite_source import SqliteSource
@@ -26,7 +26,6 @@ __all__ = [
     "bad_row_lines",
     "end_replay",
     "location_lines",
-    "no_table_message",
     "per_stream_lines",
     "source_lines",
     "summarize",
@@ -63,23 +62,6 @@ def bad_row_lines(source: SqliteSource) -> list[str]:
     if source.skipped > len(source.bad_rows):
         lines.append(f"  ... and {source.skipped - len(source.bad_rows):,} more")
     return lines
-
-
-def no_table_message(source: SqliteSource, streams: Iterable[str]) -> str:
-    """The one line for a database with no readable table of the selected streams."""
-    problems = source.missing + [
-        f"{table} (lacks columns {', '.join(cols)})" for table, cols in source.unreadable.items()
-    ]
-    message = (
-        f"{source.path} has no readable table of the selected streams ({', '.join(streams)}): "
-        f"{', '.join(problems)}"
-    )
-    if source.unreadable:
-        message += (
-            "; readable are TraceML 0.5.0's table layout (recv_ts_ns, sample_ts_s) and the "
-            "export contract's (observed_timestamp_unix_ns, timestamp_unix_ns)"
-        )
-    return message
 
 
 def end_replay(

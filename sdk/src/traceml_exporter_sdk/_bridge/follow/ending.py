@@ -4,13 +4,11 @@ documents (also written in that file, so a supervisor reading it needs no proces
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any
 
 from ..._export import run_files
-from ..._export.shown import shown
-from ...cli.exit_codes import (
+from ..._export.exit_codes import (
     EXIT_EXPORT,
     EXIT_INCOMPLETE,
     EXIT_INPUT,
@@ -18,6 +16,7 @@ from ...cli.exit_codes import (
     EXIT_OK,
     EXIT_PERMANENT,
 )
+from ..._export.shown import shown
 from .result import FollowResult, record_follow
 from .run import RunFolder
 
@@ -78,7 +77,8 @@ def end_message(result: FollowResult, signal_name: str | None = None) -> str:
 def leave_the_truth(result: FollowResult, folder: RunFolder, message: str) -> None:
     """Write the follower's ``finalization_warning.json`` when something is lost or
     unfinished; remove an earlier one when this follow ended complete with nothing lost
-    (earlier failures it recovered from are history in ``status.json``)."""
+    (earlier failures it recovered from are history in ``status.json``). One that
+    cannot be removed is said in ``result.stale_warning``."""
     if result.end == "deleted":
         return  # nowhere to write it: the folder stays deleted (the loss is in /metrics)
     source = result.source
@@ -87,8 +87,13 @@ def leave_the_truth(result: FollowResult, folder: RunFolder, message: str) -> No
     report = result.report
     lost = report.exporter_failed or report.dropped_batches or report.timed_out or result.lost
     if not (incomplete or skipped or result.bookmark_error or result.end != "complete" or lost):
-        with contextlib.suppress(OSError):  # an unsafe follow/ was refused before this
+        try:
             run_files.remove_file(folder.warning_path, root=folder.root)
+        except OSError as exc:  # a file that will not go, or an unsafe follow/ folder
+            result.stale_warning = (
+                f"could not remove the earlier {folder.warning_path} (what it says no longer "
+                f"holds: this follow ended complete, nothing lost): {exc.strerror or exc}"
+            )
         result.report = dataclasses.replace(report, warning_path=None)
         return
     block: dict[str, Any] = {

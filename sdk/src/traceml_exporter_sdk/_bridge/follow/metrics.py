@@ -61,6 +61,11 @@ def _families(statuses: Statuses, totals: Totals | None) -> Iterator[Any]:
         labels=["run"],
     )  # fmt: skip
     outages = CounterMetricFamily(f"{PREFIX}_outages", "Sink outages ridden out.", labels=["run"])
+    stale = CounterMetricFamily(
+        f"{PREFIX}_stale_warnings",
+        "Earlier finalization_warning.json files a complete end could not remove.",
+        labels=["run"],
+    )
     call = gauge(
         "exporter_call_seconds",
         "How long the exporter call in progress has run (0: none); a hung sink grows it.",
@@ -93,6 +98,7 @@ def _families(statuses: Statuses, totals: Totals | None) -> Iterator[Any]:
         pruned.add_metric([run], status["rows_pruned"])
         resent.add_metric([run], status["resent_records"])
         outages.add_metric([run], status["outages_total"])
+        stale.add_metric([run], status.get("stale_warnings", 0))
     yield from (
         lag_rows,
         lag_seconds,
@@ -103,6 +109,7 @@ def _families(statuses: Statuses, totals: Totals | None) -> Iterator[Any]:
         pruned,
         resent,
         outages,
+        stale,
         call,
         ended,
         lost,

@@ -48,6 +48,9 @@ class FollowResult:
     bookmark_error: str | None = None
     warning_path: Path | None = None
     warning_error: str | None = None
+    stale_warning: str | None = None
+    """Why an earlier ``finalization_warning.json`` is still there after a complete end
+    (it could not be removed, and what it says no longer holds); None otherwise."""
     read_error: str | None = None
     """Why reading the database failed (``end`` is ``read-error``)."""
     outages: list[dict[str, Any]] = field(default_factory=list)

@@ -20,7 +20,7 @@ import orjson
 from ..._export import run_files
 from ...context import ExporterContext
 from ...worker import ExportWorker
-from ..sqlite_source import SqliteSource
+from ..sqlite_source import SqliteSource, no_table_message
 from .errors import NoReadableTableError
 from .follower import Follower
 from .lock import RunLock, RunLockedError
@@ -100,8 +100,6 @@ class FollowJob:
             self.opened = self.follower.open_source()
             source = self.opened[0]
             if need_tables and source.unreadable and not source.tables:
-                from ...cli.replay_summary import no_table_message
-
                 raise NoReadableTableError(no_table_message(source, context.streams))
         except BaseException:
             self.lock.release()

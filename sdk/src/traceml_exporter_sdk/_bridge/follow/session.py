@@ -174,8 +174,9 @@ def wait_for_run(
     )
 
 
-def _write_down(job: FollowJob, stop: threading.Event) -> None:
-    """A run's follow ended: its message, ``finalization_warning.json`` and exit code."""
+def _write_down(job: FollowJob, stop: threading.Event, watcher: Watcher) -> None:
+    """A run's follow ended: its message, ``finalization_warning.json`` and exit code; a
+    stale warning file it could not remove is counted and told (``stale-warning``)."""
     from .ending import end_message, exit_code, leave_the_truth
 
     result = job.result
@@ -185,6 +186,9 @@ def _write_down(job: FollowJob, stop: threading.Event) -> None:
     leave_the_truth(result, job.folder, result.message)
     result.exit_code = exit_code(result)
     job.status.update(message=result.message)
+    if result.stale_warning is not None:
+        job.status.update(stale_warnings=job.status.stale_warnings + 1)
+        watcher.notice("stale-warning", f"follow {job.folder.root.name}: {result.stale_warning}")
 
 
 def follow_run(
@@ -241,7 +245,7 @@ def follow_run(
             raise
     if job.result is None:
         raise FollowError(f"following {folder.root} failed: {job.error}")
-    _write_down(job, stop)
+    _write_down(job, stop, watcher)
     watcher.tick(job, final=True)
     return job.result
 
@@ -298,7 +302,7 @@ def follow_logs_dir(
         MetricsUnavailableError, MetricsAddressError: ``/metrics`` cannot be served.
         RunNotFoundError: ``logs_dir`` is no folder, or is a run folder itself.
     """
-    from ...cli.exit_codes import EXIT_INCOMPLETE, EXIT_OK
+    from ..._export.exit_codes import EXIT_INCOMPLETE, EXIT_OK
     from .ending import service_exit_code, worst
     from .service import LogsDirectory
 
@@ -314,7 +318,7 @@ def follow_logs_dir(
     watcher = Watcher(on_status, on_event, settings.status_interval)
 
     def finish(job: FollowJob) -> None:
-        _write_down(job, stop)
+        _write_down(job, stop, watcher)
 
     directory = LogsDirectory(logs.resolve(), exporter, settings, stop, watcher, finish)
     with _metrics(settings, directory.statuses, directory.totals, watcher):

@@ -67,6 +67,8 @@ class RunStatus:
         """The outage going on: started (Unix time), tries, last_error."""
         self.end: str | None = None
         self.message: str | None = None
+        self.stale_warnings = 0
+        """Earlier ``finalization_warning.json`` files a complete end could not remove."""
 
     def update(self, **changes: Any) -> bool:
         """Set fields; True when the state changed (a progress line is due)."""
@@ -145,6 +147,7 @@ class RunStatus:
                 "outage": outage,
                 "outages": [dict(o) for o in self.outages],
                 "outages_total": self.outages_total,
+                "stale_warnings": self.stale_warnings,
                 "end": self.end,
                 "message": None if self.message is None else shown(self.message),
                 "updated": now,

@@ -23,14 +23,16 @@ __all__ = ["STATUS_INTERVAL_S", "Notice", "OnEvent", "OnStatus", "Watched", "Wat
 STATUS_INTERVAL_S = 5.0
 """How often ``status.json`` is rewritten while nothing changes."""
 
-NoticeKind = Literal["metrics", "waiting", "passed", "refused", "elsewhere"]
+NoticeKind = Literal["metrics", "waiting", "passed", "refused", "elsewhere", "stale-warning"]
 
 
 @dataclass(frozen=True)
 class Notice:
     """A line the follower has for people: ``metrics`` (where ``/metrics`` listens, and
     ``port``), ``waiting`` (for the run, or the runs of a logs folder), ``passed`` (a run
-    not followed, and why) or ``elsewhere`` (a run another process follows)."""
+    not followed, and why), ``elsewhere`` (a run another process follows) or
+    ``stale-warning`` (a run ended complete, but an earlier ``finalization_warning.json``
+    saying otherwise could not be removed)."""
 
     kind: NoticeKind
     line: str

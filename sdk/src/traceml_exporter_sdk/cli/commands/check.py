@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..._export.exit_codes import EXIT_DEPENDENCY, EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from ...testing.keys import CHECK_MARKER
 from ..errors import CliError, error_line
-from ..exit_codes import EXIT_DEPENDENCY, EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from ..inputs import check_spec
 from ..origin import install_hint
 from ..parser import add_command

@@ -13,9 +13,7 @@ import sys
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ...streams import DEFAULT_EXPORT_STREAMS, EXPORT_STREAM_NAMES
-from ..errors import CliError, error_line
-from ..exit_codes import (
+from ..._export.exit_codes import (
     EXIT_DEPENDENCY,
     EXIT_INPUT,
     EXIT_INTERRUPTED,
@@ -23,6 +21,8 @@ from ..exit_codes import (
     EXIT_PERMANENT,
     EXIT_USAGE,
 )
+from ...streams import DEFAULT_EXPORT_STREAMS, EXPORT_STREAM_NAMES
+from ..errors import CliError, error_line
 from ..inputs import check_spec, check_streams
 from ..parser import add_command
 
@@ -179,11 +179,11 @@ def _stderr_line(line: str) -> None:
 
 
 def _on_event(progress: bool) -> Any:
-    """Where ``/metrics`` listens and the wait go to stderr always; the runs passed over
-    or followed elsewhere with the progress lines."""
+    """Where ``/metrics`` listens, the wait, refused runs and a stale warning file go to
+    stderr always; the runs passed over or followed elsewhere with the progress lines."""
 
     def on_event(notice: Notice) -> None:
-        if progress or notice.kind in ("metrics", "waiting", "refused"):
+        if progress or notice.kind in ("metrics", "waiting", "refused", "stale-warning"):
             _stderr_line(notice.line)
 
     return on_event

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..._export.exit_codes import EXIT_DEPENDENCY, EXIT_INPUT, EXIT_LOCKED, EXIT_USAGE
 from ...streams import DEFAULT_EXPORT_STREAMS, EXPORT_STREAM_NAMES, parse_export_streams
 from ..errors import CliError
-from ..exit_codes import EXIT_DEPENDENCY, EXIT_INPUT, EXIT_LOCKED, EXIT_USAGE
 from ..inputs import check_input_file, check_spec, check_streams, reason, session_root
 from ..parser import add_command
 from ..progress import Progress
@@ -24,7 +24,6 @@ from ..replay_summary import (
     bad_row_lines,
     end_replay,
     location_lines,
-    no_table_message,
     per_stream_lines,
     source_lines,
     summarize,
@@ -251,7 +250,7 @@ def _lock_own_run(database: Path, value: str | None) -> tuple[Path, RunLock] | N
 
 def _replay_sqlite(args: argparse.Namespace, spec: str, streams_value: str, out: TextIO) -> int:
     from ..._bridge.sqlite_connect import BackfillError
-    from ..._bridge.sqlite_source import mark_partial, open_database
+    from ..._bridge.sqlite_source import mark_partial, no_table_message, open_database
     from ..._export.feeding import feed
 
     path = Path(args.sqlite)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
+from ..._export.exit_codes import EXIT_OK
 from ...streams import ALL_STREAMS
-from ..exit_codes import EXIT_OK
 from ..parser import add_command
 
 __all__ = ["add_parser", "cmd_schema"]

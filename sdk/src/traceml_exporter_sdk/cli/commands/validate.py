@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..._export.exit_codes import EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from ...streams import EXPORT_STREAM_NAMES
 from ..errors import CliError, error_line
-from ..exit_codes import EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from ..parser import add_command
 
 __all__ = ["add_parser", "cmd_validate"]

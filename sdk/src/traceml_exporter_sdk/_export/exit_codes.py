@@ -1,13 +1,11 @@
-"""The exit codes of ``traceml-exporter``: one table, shown in every ``--help`` and in docs/cli.md."""
+"""The exit codes of ``traceml-exporter`` and of the follow library's results: one table,
+shown in every ``--help`` and in docs/cli.md. Below ``cli`` so the library needs no CLI."""
 
 from __future__ import annotations
-
-import textwrap
 
 __all__ = [
     "EXIT_CODES",
     "EXIT_DEPENDENCY",
-    "EXIT_EPILOG",
     "EXIT_EXPORT",
     "EXIT_FAILED",
     "EXIT_INCOMPLETE",
@@ -64,8 +62,3 @@ EXIT_CODES: dict[int, str] = {
     "--logs-dir stopped by SIGTERM exits 0 unless a run lost rows or failed (then its runs' "
     "worst code: 6 for rows pruned before they were read)",
 }
-
-EXIT_EPILOG = "exit codes:\n" + "\n".join(
-    textwrap.fill(text, width=96, initial_indent=f"  {code:<4}", subsequent_indent=" " * 6)
-    for code, text in EXIT_CODES.items()
-)
