@@ -44,6 +44,7 @@ NOT_VARIABLES = {
     "DT_STRING": "a TensorFlow DataType enum value of a TensorBoard summary",
     "ALLOW_CONNECTIONS": "a PostgreSQL ALTER DATABASE option",
     "CAP_SYS_PTRACE": "a Linux capability (docs/follow.md, Threat model)",
+    "RLIMIT_NOFILE": "the open-files limit of setrlimit(2) (docs/conformance.md, I/O faults)",
 }
 """Names the docs use that are not variables and not names of the code."""
 
