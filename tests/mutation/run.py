@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import tomllib
 from traceml_exporter_sdk.testing._mutation import Mutant, PackageCopy, package_mutants
@@ -398,15 +399,17 @@ def select(
 
 def saved_outcomes(path: Path, selected: Sequence[tuple[str, Mutant]]) -> list[Outcome]:
     """The outcomes a ``--json`` run saved, of the mutants still selected: the same module,
-    line and change (an id may have moved since; a changed mutant was not run as it is)."""
-    saved = {
-        (item["module"], item["line"], item["description"]): item
-        for item in json.loads(path.read_text(encoding="utf-8"))
-    }
+    line and change (an id may have moved since; a changed mutant was not run as it is).
+    Two mutants of one line can make the same change (``True`` -> ``False`` of either
+    keyword): they are matched in order."""
+    saved: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for item in json.loads(path.read_text(encoding="utf-8")):
+        saved.setdefault((item["module"], item["line"], item["description"]), []).append(item)
     out = []
     for module, mutant in selected:
-        item = saved.get((module, mutant.line, mutant.description))
-        if item is not None:
+        same = saved.get((module, mutant.line, mutant.description))
+        if same:
+            item = same.pop(0)
             out.append(Outcome(mutant, module, item["suite"], item["own"], item["seconds"]))
     return out
 

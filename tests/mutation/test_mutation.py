@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import sys
 from pathlib import Path
 
@@ -250,3 +251,27 @@ def test_a_mutant_that_stops_pytest_is_killed_when_the_unmutated_code_passes(
     nothing = [*command[:-1], str(tests / "no_such_test.py")]
     assert copy.with_mutant("mod.py", broken, nothing, tests, 120) == "error"
     assert (package / "mod.py").read_text() == "VALUE = 1\n"
+
+
+def test_a_saved_run_matches_two_same_changes_of_one_line_in_order(tmp_path: Path) -> None:
+    """``mkdir(parents=True, exist_ok=True)`` gives two "True -> False" mutants on one
+    line: a saved run reported again gives each its own outcome (matching by line and
+    change alone once gave both the first one's, and a survivor read as killed)."""
+    first = Mutant("m.py:f:constant:1", 3, "`True` -> `False`", "")
+    second = Mutant("m.py:f:constant:2", 3, "`True` -> `False`", "")
+    saved = tmp_path / "run.json"
+    saved.write_text(
+        json.dumps(
+            [
+                {"module": "m.py", "line": 3, "description": m.description, "suite": suite}
+                | {"own": "survived", "seconds": 1.0}
+                for m, suite in ((first, "survived"), (second, "killed"))
+            ]
+        ),
+        encoding="utf-8",
+    )
+    outcomes = run.saved_outcomes(saved, [("m.py", first), ("m.py", second)])
+    assert [(o.mutant.id, o.suite) for o in outcomes] == [
+        ("m.py:f:constant:1", "survived"),
+        ("m.py:f:constant:2", "killed"),
+    ]
