@@ -61,6 +61,9 @@ EVENTS = [
 ]
 """The audit events (``sys.addaudithook``) of I/O calls a fault is injected into."""
 
+_MARK = "traceml-conformance-io-fault "
+"""Starts each line the child reports on stdout (an exporter may print there too)."""
+
 _CHILD = r"""
 import errno, gc, json, os, resource, sys, threading, traceback
 from traceml_exporter_sdk.context import ExporterContext
@@ -68,7 +71,7 @@ from traceml_exporter_sdk.factory import resolve_factory
 from traceml_exporter_sdk.testing.corpus import corpus_batches
 from traceml_exporter_sdk.testing._lanes import lane_base
 
-spec, root, streams, hostname, max_budget, max_points, events = sys.argv[1:]
+spec, root, streams, hostname, max_budget, max_points, events, MARK = sys.argv[1:]
 EVENTS = frozenset(events.split(","))
 METHODS = ("open", "write", "flush", "close")
 factory = resolve_factory(spec)
@@ -89,7 +92,7 @@ def hook(event, args):
 sys.addaudithook(hook)
 
 def say(**fields):
-    print(json.dumps(fields), flush=True)
+    print(MARK + json.dumps(fields), flush=True)
 
 def fds():
     out = {}
@@ -261,6 +264,7 @@ def under_pressure(
         str(MAX_BUDGET),
         str(MAX_POINTS),
         ",".join(EVENTS),
+        _MARK,
     ]
     try:
         child = subprocess.run(
@@ -278,7 +282,9 @@ def under_pressure(
         ended = f"it did not finish within {timeout:.0f} s"
     attempts: list[Attempt] = []
     for line in out.decode("utf-8", "replace").splitlines():
-        fields = json.loads(line)
+        if not line.startswith(_MARK):
+            continue  # the exporter's own output
+        fields = json.loads(line.removeprefix(_MARK))
         fields["kept"] = tuple(fields.get("kept", ()))
         attempts.append(Attempt(**fields))
     error = ""
