@@ -31,3 +31,5 @@ def test_open_fails_cleanly_when_export_dir_is_a_file(context: ExporterContext) 
     with pytest.raises(OSError, match="export") as raised:
         exporter.open()
     assert not is_permanent(raised.value)  # moved aside, the next exporter opens
+    with pytest.raises(RuntimeError, match="failed"):
+        exporter.open()  # a failed instance is done with: follow makes a new one

@@ -53,8 +53,7 @@ def export_folder(path: Path, levels: int = 2) -> Path:
     Raises:
         OSError: one is a link, not a folder, or another user's.
     """
-    top = path.parents[levels - 1] if levels else path
-    anchor = top.parent
+    anchor = path.parents[levels - 1] if levels else path
     anchor.mkdir(parents=True, exist_ok=True)
     owner = anchor.stat()
     folder = anchor

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,127 @@ def test_temporary_names_are_unpredictable(tmp_path: Path) -> None:
             names.add(tmp.name)
             tmp.write_bytes(b"x")
     assert len(names) == 2
+
+
+# -- modes, owners and failures: what a run folder other users share needs --------------
+
+ROOT_ONLY = pytest.mark.skipif(
+    os.geteuid() != 0, reason="owners other than this process's can be set by root only"
+)
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o7777
+
+
+def test_files_are_made_with_mode_644(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        open_append(tmp_path / "receipt.jsonl").close()
+        with replacing(tmp_path / "part.parquet") as tmp:
+            tmp.write_bytes(b"x")  # opens the made file: its mode stays
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "receipt.jsonl") == 0o644
+    assert _mode(tmp_path / "part.parquet") == 0o644
+
+
+def test_a_link_planted_at_the_temporary_name_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The temporary file is made exclusively, never through a link, even when another
+    user guessed its name."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    monkeypatch.setattr("secrets.token_hex", lambda n: "0" * (2 * n))
+    (tmp_path / f".part.parquet.{'0' * 16}.tmp").symlink_to(victim)
+    with pytest.raises(FileExistsError), replacing(tmp_path / "part.parquet") as tmp:
+        tmp.write_bytes(b"new")
+    assert victim.read_bytes() == b"precious"
+
+
+def _open_fds() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_failure_after_a_file_is_opened_closes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _open_fds()
+
+    def broken(*_: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "fdopen", broken)
+        with pytest.raises(OSError, match="Input/output"):
+            open_append(tmp_path / "receipt.jsonl")
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "fsync", broken)
+        with pytest.raises(OSError, match="Input/output"):
+            write_atomically(tmp_path / "summary.json", b"x")
+    assert _open_fds() <= before
+
+
+@ROOT_ONLY
+def test_only_a_regular_file_is_appended_to(tmp_path: Path) -> None:
+    os.mknod(tmp_path / "receipt.jsonl", 0o600 | 0o020000, os.makedev(1, 3))  # /dev/null
+    with pytest.raises(OSError, match="not a regular file"):
+        open_append(tmp_path / "receipt.jsonl")
+
+
+def test_export_folder_makes_what_is_missing(tmp_path: Path) -> None:
+    made = export_folder(tmp_path / "logs" / "run" / "aggregator" / "export")
+    assert made.is_dir()
+
+
+@ROOT_ONLY
+def test_folders_root_makes_belong_to_the_run_folders_owner(tmp_path: Path) -> None:
+    """follow as root over a logs folder root owns (each run its user's): what it makes
+    in a run goes to the run's owner, and the logs folder's owner is not asked."""
+    run = tmp_path / "logs" / "run"
+    run.mkdir(parents=True)
+    os.chown(run, 1, 1)
+    export_folder(run / "aggregator" / "export")
+    for folder in (run / "aggregator", run / "aggregator" / "export"):
+        assert (folder.stat().st_uid, folder.stat().st_gid) == (1, 1)
+
+
+@ROOT_ONLY
+def test_a_folder_of_another_user_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "aggregator").mkdir(parents=True)
+    os.chown(run, 1, 1)
+    os.chown(run / "aggregator", 2, 2)
+    with pytest.raises(OSError, match="belongs to uid 2"):
+        export_folder(run / "aggregator" / "export")
+
+
+@ROOT_ONLY
+def test_a_user_who_is_not_root_gives_nothing_away() -> None:
+    """Not root: the folders made are the process's own, whoever owns the run folder
+    (giving them away would fail: only root may). A forked child drops to nobody."""
+    base = Path(tempfile.mkdtemp(prefix="traceml-files-"))  # pytest's folders are root's
+    try:
+        os.chmod(base, 0o755)  # noqa: S103 - nobody must reach the run folder
+        run = base / "run"
+        run.mkdir()
+        os.chmod(run, 0o777)  # noqa: S103 - and write in it, as its owner could
+        os.chown(run, 1, 1)
+        target = run / "aggregator" / "export"
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                export_folder(target)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert target.stat().st_uid == 65534
+    finally:
+        shutil.rmtree(base)

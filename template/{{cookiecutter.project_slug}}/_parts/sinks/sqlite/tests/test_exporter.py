@@ -164,3 +164,31 @@ def test_the_names_the_readme_gives_are_the_ones_written(
         assert "_export_runs" in tables
         (stream, *_) = sorted(tables - {"_export_runs"})
         assert "_row_id" in {row[1] for row in conn.execute(f"PRAGMA table_info({stream})")}
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+def test_no_database_file_is_opened_through_a_planted_link(
+    context: ExporterContext, suffix: str
+) -> None:
+    """Another user's link at the database's name or its journal's is refused: SQLite
+    would follow it and write wherever it points."""
+    context.export_dir.mkdir(parents=True)
+    victim = context.session_root / "victim"
+    victim.write_bytes(b"precious")
+    (context.export_dir / f"{DATABASE_FILE}{suffix}").symlink_to(victim)
+    with pytest.raises(OSError, match="symbolic link"):
+        make_exporter(context).open()
+    assert victim.read_bytes() == b"precious"
+
+
+def test_every_commit_is_synced(context: ExporterContext) -> None:
+    """synchronous=FULL: in WAL mode NORMAL would lose an acknowledged flush to a power
+    cut (a setting of the connection, so it is read on the exporter's own)."""
+    exporter = make_exporter(context)
+    exporter.open()
+    try:
+        conn = exporter._conn
+        assert conn is not None
+        assert conn.execute("PRAGMA synchronous").fetchone() == (2,)
+    finally:
+        exporter.close()
