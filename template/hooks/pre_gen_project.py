@@ -55,7 +55,7 @@ TEMPLATE_NAMES = frozenset(
         # complete: tests/template/test_hooks.py)
         "Any", "ByStream", "Callable", "ClassVar", "DATABASE_FILE", "Expected", "IO",
         "Iterable", "JSON_TYPE", "Mapping", "NS", "PYPROJECT", "PYTHONS", "Path", "Protocol",
-        "ROOT", "ROW_ID", "RUNS_TABLE", "Requirement", "SDK", "SDK_NAME", "SUMMARY_FILE",
+        "ROOT", "ROOT_ONLY", "ROW_ID", "RUNS_TABLE", "Requirement", "SDK", "SDK_NAME", "SUMMARY_FILE",
         "Sequence", "Iterator", "Final", "Literal", "TypeAlias", "Self",
         "HOSTILE_TEXT", "HealthCheck", "LINT_PATHS", "releasing", "contextmanager",
         "SettingsError", "StrayRecord",
