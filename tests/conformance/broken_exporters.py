@@ -51,7 +51,10 @@ class Good:
 
     def open(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        part = next_part(self.dir)
+        self.open_files(next_part(self.dir))
+
+    def open_files(self, part: int) -> None:
+        """Make part ``part``'s file of every stream; close those made if one fails."""
         try:
             for stream in self.streams:
                 self.files[stream] = open(self.dir / part_name(stream, part), "x", encoding="utf-8")  # noqa: SIM115
@@ -551,16 +554,7 @@ class LeaksFolderWhenListingFails(Good):
         folder = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
         names = os.listdir(folder)
         os.close(folder)
-        self.open_part(names)
-
-    def open_part(self, names: list[str]) -> None:
-        part = next_part_of(names)
-        try:
-            for stream in self.streams:
-                self.files[stream] = open(self.dir / part_name(stream, part), "x", encoding="utf-8")  # noqa: SIM115
-        except BaseException:
-            self.close_files()
-            raise
+        self.open_files(next_part_of(names))
 
 
 def next_part_of(names: list[str]) -> int:
@@ -587,7 +581,7 @@ class SwallowsListingFailure(LeaksFolderWhenListingFails):
             names = os.listdir(self.dir)
         except OSError:
             return
-        self.open_part(names)
+        self.open_files(next_part_of(names))
 
 
 def make_swallows_listing_failure(context: Any) -> SwallowsListingFailure:

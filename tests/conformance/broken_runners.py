@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any, ClassVar
 
-from broken_exporters import Good, next_part, part_name
+from broken_exporters import Good, next_part
 
 # -- several instances at once -------------------------------------------------------------
 
@@ -199,13 +199,7 @@ class StreamsFixedAtFirstOpen(Good):
             self.streams = tuple(json.loads(manifest.read_text("utf-8")))
         else:
             manifest.write_text(json.dumps(list(self.streams)), "utf-8")
-        part = next_part(self.dir)
-        try:
-            for stream in self.streams:
-                self.files[stream] = open(self.dir / part_name(stream, part), "x", encoding="utf-8")  # noqa: SIM115
-        except BaseException:
-            self.close_files()
-            raise
+        self.open_files(next_part(self.dir))
 
     def put(self, records: Any) -> None:
         for record in records:

@@ -16,13 +16,13 @@ lifecycle must not fail and its records must be readable.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..context import ExporterContext
+from ._kill import child_env
 
 __all__ = ["EVENTS", "MAX_BUDGET", "MAX_POINTS", "Attempt", "Pressure", "under_pressure"]
 
@@ -251,8 +251,6 @@ def under_pressure(
 ) -> Pressure:
     """Run the child, its lifecycles' run folders made under ``base``, and collect what it
     reports."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     args = [
         sys.executable,
         "-c",
@@ -270,7 +268,7 @@ def under_pressure(
         child = subprocess.run(
             args,
             capture_output=True,
-            env=env,
+            env=child_env(),
             cwd=base,
             timeout=timeout,
             check=False,

@@ -23,7 +23,7 @@ from typing import Literal
 from ..context import ExporterContext
 from ._lanes import lane_base
 
-__all__ = ["Killed", "Moment", "kill_child"]
+__all__ = ["Killed", "Moment", "child_env", "kill_child"]
 
 Moment = Literal["after-flush", "mid-write"]
 
@@ -77,6 +77,14 @@ class Killed:
     error: str = ""
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a child process that loads the exporter by its spec: this one's,
+    with every folder on ``sys.path`` put on ``PYTHONPATH`` (a test's own modules too)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    return env
+
+
 def kill_child(
     spec: str,
     context: ExporterContext,
@@ -90,8 +98,6 @@ def kill_child(
     """Run the exporter in a child process and SIGKILL it at ``moment``; ``context`` is
     rebuilt there from its session_root, ``export_streams`` (the setting's value) and
     include_hostname."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     args = [
         sys.executable,
         "-c",
@@ -106,7 +112,7 @@ def kill_child(
     ]
     with tempfile.TemporaryFile() as stderr:
         child = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=stderr, env=env, cwd=context.session_root
+            args, stdout=subprocess.PIPE, stderr=stderr, env=child_env(), cwd=context.session_root
         )
         try:
             wanted = "flushed" if moment == "after-flush" else "writing"
