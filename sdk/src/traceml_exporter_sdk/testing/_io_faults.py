@@ -70,6 +70,7 @@ from traceml_exporter_sdk.context import ExporterContext
 from traceml_exporter_sdk.factory import resolve_factory
 from traceml_exporter_sdk.testing.corpus import corpus_batches
 from traceml_exporter_sdk.testing._lanes import lane_base
+from traceml_exporter_sdk.testing._resources import describe_fd as describe, open_fds as fds
 
 spec, root, streams, hostname, max_budget, max_points, events, MARK = sys.argv[1:]
 EVENTS = frozenset(events.split(","))
@@ -93,22 +94,6 @@ sys.addaudithook(hook)
 
 def say(**fields):
     print(MARK + json.dumps(fields), flush=True)
-
-def fds():
-    out = {}
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            st = os.fstat(int(name))
-        except OSError:
-            continue
-        out[int(name)] = (st.st_dev, st.st_ino)
-    return out
-
-def describe(fd):
-    try:
-        return f"fd {fd} -> {os.readlink(f'/proc/self/fd/{fd}')}"
-    except OSError:
-        return f"fd {fd}"
 
 def fill_holes():
     # Every hole below the highest descriptor gets one, so the budget is exact.
