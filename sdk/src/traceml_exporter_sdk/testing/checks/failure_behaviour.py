@@ -68,6 +68,7 @@ def check_fault_at_every_io_call(env: Env) -> None:
     base.mkdir()
     pressure = under_pressure(env.spec, base, export_streams="all", include_hostname=False)
     assert not pressure.error, f"the child process running the exporter ended: {pressure.error}"
+    assert pressure.attempts, "the child process running the exporter reported no lifecycle"
     warm = pressure.attempts[0]
     assert warm.outcome == "done", (
         f"with no fault injected, the exporter failed in {warm.method}: {warm.error}"
