@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 import pytest
@@ -234,7 +236,9 @@ def test_a_folder_of_another_user_is_refused(tmp_path: Path) -> None:
 def test_a_user_who_is_not_root_gives_nothing_away() -> None:
     """Not root: the folders made are the process's own, whoever owns the run folder
     (giving them away would fail: only root may). A forked child drops to nobody."""
-    base = Path(tempfile.mkdtemp(prefix="traceml-files-"))  # pytest's folders are root's
+    # /tmp itself: pytest's folders are root's alone, and TMPDIR (nox sets it) may lie
+    # under a folder nobody cannot enter
+    base = Path(tempfile.mkdtemp(prefix="traceml-files-", dir="/tmp"))
     try:
         os.chmod(base, 0o755)  # noqa: S103 - nobody must reach the run folder
         run = base / "run"
@@ -250,6 +254,9 @@ def test_a_user_who_is_not_root_gives_nothing_away() -> None:
                 os.setuid(65534)
                 export_folder(target)
                 code = 0
+            except BaseException:  # noqa: BLE001 - the child reports any failure, then exits
+                traceback.print_exc()  # the parent's captured stderr shows why
+                sys.stderr.flush()
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
