@@ -343,6 +343,39 @@ def make_isinstance_dispatch(context: Any) -> IsinstanceDispatch:
     return IsinstanceDispatch(context)
 
 
+class OneClassPerStream(Good):
+    """Groups a batch by class, then keys the groups by their STREAM: where one stream
+    arrives in two classes in a batch, the last class's group replaces the first's."""
+
+    def put(self, records: Any) -> None:
+        by_class: dict[type, list[Any]] = {}
+        for record in records:
+            by_class.setdefault(type(record), []).append(record)
+        by_stream = {kind.STREAM: group for kind, group in by_class.items()}
+        for stream, group in by_stream.items():
+            self.files[stream].writelines(map(self.line, group))
+
+
+def make_one_class_per_stream(context: Any) -> OneClassPerStream:
+    return OneClassPerStream(context)
+
+
+class GroupedByClass(Good):
+    """Writes a batch class by class: a stream that arrives in two classes in one batch is
+    written out of payload order."""
+
+    def put(self, records: Any) -> None:
+        by_class: dict[type, list[Any]] = {}
+        for record in records:
+            by_class.setdefault(type(record), []).append(record)
+        for kind, group in by_class.items():
+            self.files[kind.STREAM].writelines(map(self.line, group))
+
+
+def make_grouped_by_class(context: Any) -> GroupedByClass:
+    return GroupedByClass(context)
+
+
 class OneStreamPerBatch(Good):
     """Assumes a batch holds one stream and files it all under the first record's."""
 

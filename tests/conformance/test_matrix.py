@@ -100,6 +100,8 @@ MATRIX: dict[str, frozenset[str]] = {
     ),
     # STREAM dispatch
     "broken_exporters:make_isinstance_dispatch": ids("foreign_record_classes"),
+    "broken_exporters:make_one_class_per_stream": ids("foreign_record_classes"),
+    "broken_exporters:make_grouped_by_class": ids("foreign_record_classes"),
     "broken_exporters:make_assumes_step_time": ids(
         "setting_step_memory", "setting_process", "setting_system"
     ),

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -49,6 +49,7 @@ __all__ = [
     "LONG_LINE",
     "OBSERVED_BASE_NS",
     "as_foreign",
+    "as_mixed",
     "corpus_batches",
     "corpus_records",
     "foreign_class",
@@ -249,4 +250,15 @@ def as_foreign(records: Iterable[ExportRecord]) -> list[Any]:
     for record in records:
         cls = foreign_class(record.STREAM)
         out.append(cls(*(getattr(record, name) for name in record.COLUMNS)))
+    return out
+
+
+def as_mixed(records: Sequence[ExportRecord]) -> list[Any]:
+    """Every other record of each stream as its look-alike, the rest unchanged: a batch in
+    which one stream arrives in two classes, order kept."""
+    seen: dict[str, int] = {}
+    out: list[Any] = []
+    for record in records:
+        turn = seen[record.STREAM] = seen.get(record.STREAM, -1) + 1
+        out.append(as_foreign([record])[0] if turn % 2 else record)
     return out

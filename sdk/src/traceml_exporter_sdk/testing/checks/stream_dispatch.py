@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
+from ...context import ExporterContext
 from ...streams import EXPORT_STREAM_NAMES
 from .. import _compare as cmp
 from .._resources import tree
-from ..corpus import as_foreign, load_corpus
+from ..corpus import as_foreign, as_mixed, load_corpus
 from ..environment import Env
 from ..registry import CheckFunction, CheckGroup
 from ._common import corpus, merged
@@ -58,8 +62,9 @@ def check_interleaved_streams(env: Env) -> None:
 @GROUP.check
 def check_foreign_record_classes(env: Env) -> None:
     """Rule: records of other classes with the same STREAM, SCHEMA_VERSION, COLUMNS, fields
-    and to_dict() are handled exactly like the SDK's; in production they are TraceML's own
-    classes, so dispatching with isinstance on SDK classes loses them.
+    and to_dict() are handled exactly like the SDK's, whole batches of them or mixed with
+    the SDK's within a batch (one stream in two classes); in production they are
+    TraceML's own classes, so dispatching with isinstance on SDK classes loses them.
 
     The look-alike classes are built at runtime (``dataclasses.make_dataclass``);
     the output for them must equal the output for the SDK's classes (with
@@ -70,38 +75,65 @@ def check_foreign_record_classes(env: Env) -> None:
     """
     batches = corpus("all")
     ours = env.context("all", name="sdk-classes")
-    theirs = env.context("all", name="foreign-classes")
     run_ours = env.worker(ours, batches)
     env.assert_clean(run_ours, "SDK record classes")
-    run_theirs = env.worker(theirs, [as_foreign(b) for b in batches])
-    env.assert_clean(run_theirs, "look-alike record classes (not the SDK's)")
-    written = run_theirs.log.written()
-    assert written, run_theirs.log.describe()
-    assert not any(type(r).__module__.startswith("traceml_exporter_sdk") for r in written)
+    mixed = [as_mixed(b) for b in batches]
+    assert any(_two_classes_of_a_stream(b) for b in mixed), "no mixed batch (the corpus)"
+    for name, converted, what in (
+        ("foreign-classes", [as_foreign(b) for b in batches], "look-alike record classes"),
+        ("mixed-classes", mixed, "batches mixing the SDK's and look-alike classes"),
+    ):
+        theirs = env.context("all", name=name)
+        run_theirs = env.worker(theirs, converted)
+        env.assert_clean(run_theirs, what)
+        handed = Counter(map(type, run_theirs.log.written()))
+        assert handed, run_theirs.log.describe()
+        assert handed == Counter(type(r) for b in converted for r in b), (
+            f"the worker did not hand over the {what} it was given"
+        )
+        _same_output(env, ours, theirs, what)
+
+
+def _two_classes_of_a_stream(records: list[Any]) -> bool:
+    classes: dict[str, set[type]] = {}
+    for record in records:
+        classes.setdefault(record.STREAM, set()).add(type(record))
+    return any(len(kinds) > 1 for kinds in classes.values())
+
+
+def _same_output(env: Env, ours: ExporterContext, theirs: ExporterContext, what: str) -> None:
+    """The run of SDK classes (``ours``) and a run of look-alikes read back the same."""
     got_ours, got_theirs = env.read_back(ours), env.read_back(theirs)
     if got_ours is not None and got_theirs is not None:
         problems = cmp.multiset_problems(got_ours, got_theirs, drop=())
-        if not problems:
+        reordered = cmp.order_problems(got_ours, got_theirs, drop=())
+        if not problems and not reordered:
             return
         lost = cmp.count_problems(got_ours, got_theirs)
         why = (
-            "records of the look-alike classes were lost or misfiled; dispatch on "
-            "record.STREAM, not isinstance"
+            f"records of the {what} were lost or misfiled; dispatch on record.STREAM "
+            "(or on type(record), every class a stream's records arrive in), not isinstance "
+            "and not the first class seen"
             if lost
             else "the same records read back with other values in the two runs, record for "
             "record: the output must be a function of the records (a value taken from the "
             "clock or a counter, such as a re-stamped observed_timestamp_unix_ns, differs)"
+            if problems
+            else "a stream's records read back in another order: records of one stream keep "
+            "their payload order whatever classes they arrive in (grouping a batch by class "
+            "reorders a stream that has two)"
         )
+        problems += reordered
         assert not problems, (
-            "look-alike record classes were not handled like the SDK's (left: SDK classes, "
-            f"right: look-alikes); {why}:\n" + "\n".join(problems)
+            f"{what} were not handled like the SDK's classes (left: the SDK's classes, "
+            f"right: the {what}); {why}:\n" + "\n".join(problems)
         )
     else:
         size_ours = sum(tree(ours.session_root).values())
         size_theirs = sum(tree(theirs.session_root).values())
         assert size_ours == size_theirs, (
             f"the same records wrote {size_ours} bytes as SDK classes but {size_theirs} bytes as "
-            "look-alike classes; dispatch on record.STREAM, not isinstance (implement read_back "
+            f"{what}; dispatch on record.STREAM, not isinstance (implement read_back "
             "for a record-level comparison)"
         )
 
