@@ -240,8 +240,7 @@ class LazyOpen(Good):
             handle.flush()
 
     def close(self, *, dropped_batches: int = 0) -> None:
-        for handle in self.files.values():
-            handle.close()
+        self.close_files()  # every file closed even when one fails: only its own mistake
 
 
 def make_lazy_open(context: Any) -> LazyOpen:
@@ -640,6 +639,28 @@ class LeaksDescriptorWhenWrapFails(Good):
 
 def make_leaks_descriptor_when_wrap_fails(context: Any) -> LeaksDescriptorWhenWrapFails:
     return LeaksDescriptorWhenWrapFails(context)
+
+
+class SwallowsCloseFailure(Good):
+    """Flushes every file in close, then closes them ignoring errors, "flushed, so closing
+    cannot lose anything": a close that fails after its write-back (NFS) loses records
+    and close returns."""
+
+    def close(self, *, dropped_batches: int = 0) -> None:
+        try:
+            for handle in self.files.values():
+                handle.flush()
+        except BaseException:
+            self.release()
+            raise
+        files, self.files = self.files, {}
+        for handle in files.values():
+            with contextlib.suppress(OSError):
+                handle.close()
+
+
+def make_swallows_close_failure(context: Any) -> SwallowsCloseFailure:
+    return SwallowsCloseFailure(context)
 
 
 class SwallowedSinkError(Good):

@@ -71,7 +71,7 @@ MATRIX: dict[str, frozenset[str]] = {
         "failure_releases_resources",
     ),
     "broken_exporters:make_leaked_fd": ids(
-        "resources_released_after_close", "failure_releases_resources"
+        "resources_released_after_close", "failure_releases_resources", "fault_at_every_io_call"
     ),
     # its metrics thread runs the exporter's code beside the worker, and raises there
     "broken_exporters:make_thread_raises": ids(
@@ -157,8 +157,9 @@ MATRIX: dict[str, frozenset[str]] = {
     "broken_exporters:make_leaks_folder_when_listing_fails": ids("fault_at_every_io_call"),
     "broken_exporters:make_swallows_listing_failure": ids("fault_at_every_io_call"),
     "broken_exporters:make_leaks_descriptor_when_wrap_fails": ids("fault_at_every_io_call"),
+    "broken_exporters:make_swallows_close_failure": ids("fault_at_every_io_call"),
     "broken_exporters:make_swallowed_sink_error": ids(
-        "sink_failure_raised", "close_failure_raised"
+        "sink_failure_raised", "close_failure_raised", "fault_at_every_io_call"
     ),
     "broken_exporters:make_non_daemon_thread_after_failure": ids(
         "no_non_daemon_thread_after_failure", "failure_releases_resources"
@@ -181,7 +182,9 @@ MATRIX: dict[str, frozenset[str]] = {
         "restart_after_kill",
         "new_instance_after_outage",
     ),
-    "broken_delivery:make_close_swallows_failure": ids("close_failure_raised"),
+    "broken_delivery:make_close_swallows_failure": ids(
+        "close_failure_raised", "fault_at_every_io_call"
+    ),
     "broken_delivery:make_auto_flush_timer": ids("only_worker_thread_runs_exporter"),
     # its connection stays open after any failing write: break_sink's, or a journal
     # sqlite cannot open for want of a descriptor

@@ -4,7 +4,8 @@ A disk that errs (EIO), a folder that cannot be listed, a process out of descrip
 (EMFILE): each fails whatever the exporter does next. In a child process the exporter's
 lifecycle (open, one write of every stream, flush, close) runs again and again; each
 time one method meets one fault: its ``n``-th I/O call raises ``OSError`` (an audit hook
-on the calls in ``EVENTS``: opens, listings, renames, sockets, locks), ``n`` = 1, 2, ...
+on the calls in ``EVENTS``: opens, listings, renames, sockets, locks, and a file
+object's close), ``n`` = 1, 2, ...
 until the method makes fewer calls; then it runs with ``k`` free descriptors
 (``RLIMIT_NOFILE`` just above the highest one in use, the holes below it filled),
 ``k`` = 0, 1, ... until it returns, which reaches what C libraries open. A method that
@@ -58,14 +59,20 @@ EVENTS = [
     "shutil.copyfile",
     "shutil.move",
     "shutil.rmtree",
+    "file.close",
 ]
-"""The audit events (``sys.addaudithook``) of I/O calls a fault is injected into."""
+"""The audit events (``sys.addaudithook``) of I/O calls a fault is injected into, and
+``file.close``: the close of a file object made by ``open`` (``io.open``, ``os.fdopen``,
+``Path.open``), which no audit event marks. A failed close is one that fails after the
+file's buffer reached it, as NFS reports a lost write-back: what the file object wrote
+is cut off (``ftruncate`` to its size when opened), its descriptor is closed, then
+``OSError`` is raised."""
 
 _MARK = "traceml-conformance-io-fault "
 """Starts each line the child reports on stdout (an exporter may print there too)."""
 
 _CHILD = r"""
-import errno, gc, json, os, resource, sys, threading, traceback
+import builtins, errno, gc, io, json, os, resource, sys, threading, traceback, weakref
 from traceml_exporter_sdk.context import ExporterContext
 from traceml_exporter_sdk.factory import resolve_factory
 from traceml_exporter_sdk.testing.corpus import corpus_batches
@@ -79,18 +86,59 @@ factory = resolve_factory(spec)
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 lane = 0
 armed = None  # [I/O calls left before the fault, the worker thread's ident]
+fired_at = ""  # the event the last fault was injected into
 
-def hook(event, args):
+def due(event):
     # Only the worker thread's calls: an exporter's own threads would make the count vary.
-    global armed
+    global armed, fired_at
     if armed is None or event not in EVENTS or threading.get_ident() != armed[1]:
-        return
+        return False
     armed[0] -= 1
     if armed[0] == 0:
-        armed = None
+        armed, fired_at = None, event
+        return True
+    return False
+
+def hook(event, args):
+    if due(event):
         raise OSError(errno.EIO, f"fault injected by the conformance suite at {event}")
 
 sys.addaudithook(hook)
+real_open = io.open
+
+def open_closing_badly(*args, **kwargs):
+    # The file object's close, set on the instance (which io's __exit__ and finalizer call
+    # too), can fail; a weak reference, so the file is still freed when dropped.
+    handle = real_open(*args, **kwargs)
+    try:
+        start = os.fstat(handle.fileno()).st_size if handle.writable() else None
+    except (OSError, ValueError):
+        start = None
+    ref = weakref.ref(handle)
+
+    def close():
+        handle = ref()
+        if handle is None:
+            return None
+        if handle.closed or not due("file.close"):
+            return type(handle).close(handle)
+        try:
+            handle.flush()
+            if start is not None:
+                os.ftruncate(handle.fileno(), start)
+        finally:
+            type(handle).close(handle)
+        raise OSError(
+            errno.EIO, "fault injected by the conformance suite at a file's close: what it wrote is lost"
+        )
+
+    try:
+        handle.close = close
+    except AttributeError:
+        pass  # a file type without instance attributes: its close is not failed
+    return handle
+
+io.open = builtins.open = open_closing_badly
 
 def say(**fields):
     print(MARK + json.dumps(fields), flush=True)
@@ -132,7 +180,8 @@ def lifecycle(squeezed, fault, at):
 def run(exporter, context, squeezed, fault, at):
     # ``squeezed`` meets the fault: at its ``at``-th I/O event, or with ``at`` free
     # descriptors. Returns what happened and whether the fault fired.
-    global armed
+    global armed, fired_at
+    fired_at = ""
     records = [r for b in corpus_batches(context.streams, observed_base_ns=lane_base(lane)) for r in b]
     gc.collect()
     before = fds()  # what the factory made is factory_is_inert's business
@@ -159,12 +208,16 @@ def run(exporter, context, squeezed, fault, at):
         if error is None:
             continue
         if method != squeezed:
-            return dict(outcome="later", method=method, error=error, lane=lane, fired=fired)
+            return dict(
+                outcome="later", method=method, error=error, lane=lane, fired=fired, event=fired_at
+            )
         gc.collect()  # garbage may close; what ``exporter`` still holds may not
         now = fds()
         kept = [describe(fd) for fd, key in sorted(now.items()) if before.get(fd) != key]
-        return dict(outcome="failed", method=method, error=error, lane=lane, kept=kept)
-    return dict(outcome="done", lane=lane, fired=fired)
+        return dict(
+            outcome="failed", method=method, error=error, lane=lane, kept=kept, event=fired_at
+        )
+    return dict(outcome="done", lane=lane, fired=fired, event=fired_at)
 
 warm = lifecycle(None, None, 0)  # lazy imports and first-use caches take descriptors now
 say(fault="none", squeezed="", at=0, **warm)
@@ -206,12 +259,15 @@ class Attempt:
     error: str = ""
     kept: tuple[str, ...] = ()
     fired: bool = True
+    event: str = ""
+    """The I/O call that failed (an ``EVENTS`` name), for an ``event`` fault that fired."""
 
     def describe(self) -> str:
         """What the fault was, in a few words."""
         if self.fault == "descriptors":
             return f"with {self.at} free file descriptor{'' if self.at == 1 else 's'}"
-        return f"when its I/O call number {self.at} failed"
+        call = f" ({self.event})" if self.event else ""
+        return f"when its I/O call number {self.at}{call} failed"
 
 
 @dataclass(frozen=True)
@@ -222,10 +278,12 @@ class Pressure:
     attempts: tuple[Attempt, ...]
     error: str = ""
 
-    def delivered(self, base: Path, include_hostname: bool) -> list[tuple[ExporterContext, int]]:
-        """The context and lane of each lifecycle that ran through (its records are due)."""
+    def delivered(
+        self, base: Path, include_hostname: bool
+    ) -> list[tuple[ExporterContext, Attempt]]:
+        """The context and attempt of each lifecycle that ran through (its records are due)."""
         return [
-            (ExporterContext.create(base / f"run-{a.lane}", "all", include_hostname), a.lane)
+            (ExporterContext.create(base / f"run-{a.lane}", "all", include_hostname), a)
             for a in self.attempts
             if a.outcome == "done"
         ]

@@ -96,14 +96,21 @@ def check_fault_at_every_io_call(env: Env) -> None:
         )
     if not env.has_read_back:
         return
-    for context, lane in pressure.delivered(base, include_hostname=False):
+    for context, attempt in pressure.delivered(base, include_hostname=False):
         actual = env.require_read_back(context)
-        required = [r for b in lane_batches(lane, context.streams) for r in b]
+        required = [r for b in lane_batches(attempt.lane, context.streams) for r in b]
         problems = env.delivery_problems(required, context, actual)
+        if not problems:
+            continue
+        met = (
+            f"{attempt.squeezed} returned {attempt.describe()}, and"
+            if attempt.fired and attempt.squeezed
+            else "with no fault met,"
+        )
         assert not problems, (
-            "a lifecycle that ran through (open, write, flush and close returned) among ones "
-            f"that met a fault, {difference(env, required, context, actual)}:\n"
-            + "\n".join(problems)
+            f"{met} the lifecycle ran through (open, write, flush and close returned), yet "
+            f"{difference(env, required, context, actual)}: a method whose I/O failed "
+            "raises, or does its work another way:\n" + "\n".join(problems)
         )
 
 
