@@ -10,8 +10,9 @@ A part is written under a hidden temporary name (``.part-....parquet.tmp``,
 which ``*.parquet`` never matches), then renamed into place, so a reader never
 meets a torn file and a killed process (even ``kill -9``) leaves every renamed
 part whole: the page cache outlives the process. Surviving a power cut as well
-takes ``durable=True``: each file is fsynced before its rename, and its folder
-after. A generation only ever gains files.
+takes ``durable=True``: each file is fsynced before its rename, and every folder
+that gains an entry (a file, a generation, the link) after. A generation only
+ever gains files.
 Compaction builds the next generation beside it (the merged file, plus hard
 links to every file it leaves alone), then swaps the link with one atomic
 ``rename``. The generation replaced stays whole for ``REPLACED_GRACE_S`` (at
@@ -169,6 +170,8 @@ class StreamFolder:
             else:
                 self._generation = 1
                 self.current.mkdir(parents=True, exist_ok=True)
+                if self.durable:
+                    fsync_path(self.store)  # the generation's entry; the link's fsync has the store's
                 self._point_link()
             self._remove_leftovers()
 
@@ -261,6 +264,8 @@ class StreamFolder:
             for entry in old.iterdir():
                 if entry.name.endswith(".parquet") and entry.name not in merged:
                     os.link(entry, new / entry.name)
+            if self.durable:
+                fsync_path(self.store)  # the new generation's entry; its files sync as written
         files: list[_File] = []
         for group in merges:
             name = self._name(group[0].first, group[-1].last)

@@ -54,7 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from ._contract import ExporterContext, ExportRecord, kept_columns, permanent
-from ._files import export_folder, write_atomically
+from ._files import export_folder, fsync_path, write_atomically
 from ._lifecycle import Lifecycle
 from ._parquet_arrow import stream_schema, to_arrow
 from ._parquet_layout import CLOSE_GRACE_S, ExportDirLock, SinkError, StreamFolder
@@ -106,8 +106,8 @@ class ExampleExporter(Lifecycle):
 
     ``part_limit``: parts of this run a stream may have before a flush compacts
     them. ``backlog_bytes``: Arrow bytes a stream may hold between flushes.
-    ``durable``: fsync each file before its rename and its folder after, so a
-    power cut loses nothing flushed either (a disk flush per part); off by
+    ``durable``: fsync each file before its rename and each folder that gains an
+    entry after (the export folder's too), so a power cut loses nothing flushed either (a disk flush per part); off by
     default, as in the SDK's jsonl exporter: a killed process loses nothing
     flushed either way.
     """
@@ -140,6 +140,8 @@ class ExampleExporter(Lifecycle):
         with self._opening():
             try:
                 export_folder(self.export_dir)  # no planted link, no other user's folder
+                if self.durable:
+                    fsync_path(self.export_dir.parent)  # the entry of a folder made just now
                 self._lock.acquire()
             except SinkError:
                 raise

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -308,6 +311,63 @@ def test_durable_parts_and_compaction(context: ExporterContext) -> None:
     exporter.close()
     assert [r["step"] for r in written(context)["step_memory"]] == list(range(6))
     assert len(visible(context, "step_memory")) == 1
+
+
+@contextlib.contextmanager
+def entries_made() -> Iterator[dict[str, str]]:
+    """Each folder that gained an entry (a folder made, a file renamed or linked into it)
+    and is not fsynced since, with the entry: a power cut may lose what it names."""
+    unsynced: dict[str, str] = {}
+    _RECORDING[:] = [unsynced]
+    real_fsync = os.fsync
+
+    def fsync(fd: Any) -> None:
+        real_fsync(fd)
+        number = fd if isinstance(fd, int) else fd.fileno()
+        unsynced.pop(os.readlink(f"/proc/self/fd/{number}"), None)
+
+    os.fsync = fsync
+    try:
+        yield unsynced
+    finally:
+        os.fsync = real_fsync
+        _RECORDING.clear()
+
+
+_RECORDING: list[dict[str, str]] = []
+_ENTRY_ARG = {"os.mkdir": 0, "os.rename": 1, "os.link": 1, "os.symlink": 1}
+
+
+def _entry_made(event: str, args: tuple[Any, ...]) -> None:
+    """An audit hook (the event comes before the call): a folder that exists is not made."""
+    if not _RECORDING or event not in _ENTRY_ARG:
+        return
+    entry = os.path.abspath(os.fsdecode(args[_ENTRY_ARG[event]]))
+    if not (event == "os.mkdir" and os.path.lexists(entry)):
+        _RECORDING[0][os.path.dirname(entry)] = entry
+
+
+sys.addaudithook(_entry_made)
+
+
+def test_durable_makes_every_new_entry_durable_before_a_flush_returns(
+    tmp_path: Path,
+) -> None:
+    """With ``durable``, every folder that gained an entry (the export folder, a
+    generation, a renamed part, its hard links, the swapped link) is fsynced before
+    open, flush or close returns, so a power cut keeps every acknowledged record."""
+    (tmp_path / "session" / "aggregator").mkdir(parents=True)  # TraceML's, before the exporter
+    context = ExporterContext.create(tmp_path / "session", export_streams="all")
+    exporter = ExampleExporter(context.export_dir, part_limit=2, durable=True)
+    with entries_made() as unsynced:
+        exporter.open()
+        assert not unsynced, f"open returned; not durable: {unsynced}"
+        for step in range(6):
+            exporter.write([memory(step)])
+            exporter.flush()
+            assert not unsynced, f"flush {step} returned; not durable: {unsynced}"
+        exporter.close()
+        assert not unsynced, f"close returned; not durable: {unsynced}"
 
 
 def test_a_second_run_adds_its_files_and_keeps_the_first(
