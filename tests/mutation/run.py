@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import tomllib
 from traceml_exporter_sdk.testing._mutation import Mutant, PackageCopy, package_mutants
@@ -398,18 +397,18 @@ def select(
 
 
 def saved_outcomes(path: Path, selected: Sequence[tuple[str, Mutant]]) -> list[Outcome]:
-    """The outcomes a ``--json`` run saved, of the mutants still selected: the same module,
-    line and change (an id may have moved since; a changed mutant was not run as it is).
-    Two mutants of one line can make the same change (``True`` -> ``False`` of either
-    keyword): they are matched in order."""
-    saved: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-    for item in json.loads(path.read_text(encoding="utf-8")):
-        saved.setdefault((item["module"], item["line"], item["description"]), []).append(item)
+    """The outcomes a ``--json`` run saved, of the mutants still selected: the same id and
+    change. An id names the n-th point of an operator in a function, so an edit elsewhere
+    (lines moved) keeps it, and an edit inside the function that moves it onto another
+    change leaves that mutant out (to run again: ``--run-missing``)."""
+    saved = {
+        (item["id"], item["description"]): item
+        for item in json.loads(path.read_text(encoding="utf-8"))
+    }
     out = []
     for module, mutant in selected:
-        same = saved.get((module, mutant.line, mutant.description))
-        if same:
-            item = same.pop(0)
+        item = saved.get((mutant.id, mutant.description))
+        if item is not None:
             out.append(Outcome(mutant, module, item["suite"], item["own"], item["seconds"]))
     return out
 
@@ -429,6 +428,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--from-json",
         type=Path,
         help="report the outcomes a --json run saved (with today's list and selection), run none",
+    )
+    parser.add_argument(
+        "--run-missing",
+        action="store_true",
+        help="with --from-json: run the mutants it has no outcome for (new or changed since)",
     )
     parser.add_argument(
         "--sample", type=int, help="run this many mutants, drawn with --seed (a partial run)"
@@ -461,11 +465,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     if args.from_json is not None:
         outcomes = saved_outcomes(args.from_json, selected)
-        if len(outcomes) < len(selected):
-            ran = {o.mutant.id for o in outcomes}
-            missing = [m.id for _, m in selected if m.id not in ran]
-            print(f"FAIL: {len(missing)} mutant(s) not in {args.from_json}: {', '.join(missing)}")
+        ran = {o.mutant.id for o in outcomes}
+        missing = [item for item in selected if item[1].id not in ran]
+        if missing and not args.run_missing:
+            names = ", ".join(m.id for _, m in missing)
+            print(f"FAIL: {len(missing)} mutant(s) not in {args.from_json}: {names}")
             return 1
+        if missing:
+            print(f"{target.name}: running {len(missing)} mutant(s) not in {args.from_json}")
+            with tempfile.TemporaryDirectory(prefix=f"mutation-{target.name}-") as folder:
+                outcomes += run_all(target, missing, args.jobs, Path(folder))
+            order = {m.id: index for index, (_, m) in enumerate(selected)}
+            outcomes.sort(key=lambda o: order[o.mutant.id])
     else:
         with tempfile.TemporaryDirectory(prefix=f"mutation-{target.name}-") as folder:
             outcomes = run_all(target, selected, args.jobs, Path(folder), own_only=args.own_only)

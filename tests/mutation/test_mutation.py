@@ -253,18 +253,20 @@ def test_a_mutant_that_stops_pytest_is_killed_when_the_unmutated_code_passes(
     assert (package / "mod.py").read_text() == "VALUE = 1\n"
 
 
-def test_a_saved_run_matches_two_same_changes_of_one_line_in_order(tmp_path: Path) -> None:
+def test_a_saved_run_matches_by_id_and_change(tmp_path: Path) -> None:
     """``mkdir(parents=True, exist_ok=True)`` gives two "True -> False" mutants on one
     line: a saved run reported again gives each its own outcome (matching by line and
-    change alone once gave both the first one's, and a survivor read as killed)."""
+    change alone once gave both the first one's, and a survivor read as killed). An edit
+    above moves lines, not ids: the outcomes still match; an edit in the function that
+    moves an id onto another change leaves that mutant out."""
     first = Mutant("m.py:f:constant:1", 3, "`True` -> `False`", "")
     second = Mutant("m.py:f:constant:2", 3, "`True` -> `False`", "")
     saved = tmp_path / "run.json"
     saved.write_text(
         json.dumps(
             [
-                {"module": "m.py", "line": 3, "description": m.description, "suite": suite}
-                | {"own": "survived", "seconds": 1.0}
+                {"id": m.id, "module": "m.py", "line": 3, "description": m.description}
+                | {"suite": suite, "own": "survived", "seconds": 1.0}
                 for m, suite in ((first, "survived"), (second, "killed"))
             ]
         ),
@@ -275,3 +277,7 @@ def test_a_saved_run_matches_two_same_changes_of_one_line_in_order(tmp_path: Pat
         ("m.py:f:constant:1", "survived"),
         ("m.py:f:constant:2", "killed"),
     ]
+    moved = Mutant(first.id, 9, first.description, "")
+    changed = Mutant(second.id, 3, "`0` -> `1`", "")
+    outcomes = run.saved_outcomes(saved, [("m.py", moved), ("m.py", changed)])
+    assert [(o.mutant.line, o.suite) for o in outcomes] == [(9, "survived")]
