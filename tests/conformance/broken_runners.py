@@ -172,11 +172,17 @@ class LockOutlivesProcess(Good):
             os.close(os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             raise RuntimeError(f"{self.lock} exists: another writer has the export") from None
-        super().open()
+        try:
+            super().open()
+        except BaseException:
+            self.lock.unlink()
+            raise
 
     def close(self, *, dropped_batches: int = 0) -> None:
-        super().close()
-        self.lock.unlink()
+        try:
+            super().close()
+        finally:
+            self.lock.unlink()
 
     def release(self) -> None:
         super().release()
@@ -197,8 +203,10 @@ class StreamsFixedAtFirstOpen(Good):
         manifest = self.dir / "streams.json"
         if manifest.exists():
             self.streams = tuple(json.loads(manifest.read_text("utf-8")))
-        else:
-            manifest.write_text(json.dumps(list(self.streams)), "utf-8")
+        else:  # whole or not at all: a failed first open leaves no torn manifest
+            temp = manifest.with_suffix(".tmp")
+            temp.write_text(json.dumps(list(self.streams)), "utf-8")
+            os.replace(temp, manifest)
         self.open_files(next_part(self.dir))
 
     def put(self, records: Any) -> None:

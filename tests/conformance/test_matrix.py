@@ -238,7 +238,10 @@ MATRIX: dict[str, frozenset[str]] = {
     "broken_runners:make_module_client": ids("instances_side_by_side"),
     "broken_runners:make_keyed_by_folder_name": ids("instances_side_by_side"),
     "broken_runners:make_lock_left_on_failure": ids("new_instance_after_outage"),
-    "broken_runners:make_lock_outlives_process": ids("restart_after_kill"),
+    # a lock file that only a removal frees: a kill, or a failed removal in close, keeps it
+    "broken_runners:make_lock_outlives_process": ids(
+        "restart_after_kill", "new_instance_after_outage"
+    ),
     "broken_runners:make_streams_fixed_at_first_open": ids("restart_with_other_streams"),
     "broken_runners:make_oserror_permanent": ids("transient_fault_not_permanent"),
     "broken_runners:make_credentials_unmarked": ids("permanent_fault_marked"),

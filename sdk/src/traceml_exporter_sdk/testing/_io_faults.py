@@ -11,7 +11,9 @@ until the method makes fewer calls; then it runs with ``k`` free descriptors
 ``k`` = 0, 1, ... until it returns, which reaches what C libraries open. A method that
 raises must have released everything the instance took (the worker calls nothing more
 on it, not even close); one that returns must have done its work, so the rest of the
-lifecycle must not fail and its records must be readable.
+lifecycle must not fail and its records must be readable. With ``recover``, after a
+method raised at an I/O call, a new instance on the same run folder runs a whole lifecycle
+with no fault, as ``follow`` does once the sink is back.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ from traceml_exporter_sdk.testing.corpus import corpus_batches
 from traceml_exporter_sdk.testing._lanes import lane_base
 from traceml_exporter_sdk.testing._resources import describe_fd as describe, open_fds as fds
 
-spec, root, streams, hostname, max_budget, max_points, events, MARK = sys.argv[1:]
+spec, root, streams, hostname, max_budget, max_points, events, recover, MARK = sys.argv[1:]
 EVENTS = frozenset(events.split(","))
 METHODS = ("open", "write", "flush", "close")
 factory = resolve_factory(spec)
@@ -159,13 +161,14 @@ def call(exporter, method, records):
     else:
         getattr(exporter, method)()
 
-def lifecycle(squeezed, fault, at):
-    # One instance on a run folder of its own, made on this (the main) thread and run on
-    # a worker thread, as TraceML's aggregator does.
+def lifecycle(squeezed, fault, at, folder=None):
+    # One instance on a run folder of its own (or ``folder``, a failed one's), made on this
+    # (the main) thread and run on a worker thread, as TraceML's aggregator does.
     global lane
     lane += 1
-    folder = os.path.join(root, f"run-{lane}")
-    os.mkdir(folder)
+    if folder is None:
+        folder = os.path.join(root, f"run-{lane}")
+        os.mkdir(folder)
     context = ExporterContext.create(folder, streams, hostname == "1")
     exporter = factory(context)
     out = {}
@@ -223,13 +226,21 @@ warm = lifecycle(None, None, 0)  # lazy imports and first-use caches take descri
 say(fault="none", squeezed="", at=0, **warm)
 if warm["outcome"] != "done":
     sys.exit(0)
-for fault in ("event", "descriptors"):
+for fault in ("event",) if recover == "1" else ("event", "descriptors"):
     for squeezed in METHODS:
         bound = int(max_points) if fault == "event" else int(max_budget)
         for at in range(int(fault == "event"), bound + 1):
             result = lifecycle(squeezed, fault, at)
+            if recover == "1" and result["outcome"] == "failed":
+                # as follow does once the sink is back: a new instance on the same folder
+                again = lifecycle(None, None, 0, os.path.join(root, f"run-{result['lane']}"))
+                result.update(
+                    recovery_lane=again["lane"],
+                    recovery_method=again.get("method", ""),
+                    recovery_error=again.get("error", ""),
+                )
             say(fault=fault, squeezed=squeezed, at=at, **result)
-            if result.get("kept"):
+            if result.get("kept") and recover != "1":
                 sys.exit(0)
             if not result.get("fired", True) or (
                 fault == "descriptors" and result["outcome"] != "failed"
@@ -261,6 +272,12 @@ class Attempt:
     fired: bool = True
     event: str = ""
     """The I/O call that failed (an ``EVENTS`` name), for an ``event`` fault that fired."""
+    recovery_lane: int = 0
+    """After an ``event`` fault that made ``squeezed`` raise: the lane of a new instance's
+    whole lifecycle on the same run folder, as ``follow`` makes once the sink is back."""
+    recovery_method: str = ""
+    recovery_error: str = ""
+    """The method the new instance raised in, and its error; empty when it ran through."""
 
     def describe(self) -> str:
         """What the fault was, in a few words."""
@@ -279,21 +296,33 @@ class Pressure:
     error: str = ""
 
     def delivered(
-        self, base: Path, include_hostname: bool
+        self, base: Path, include_hostname: bool, *, recovered: bool = False
     ) -> list[tuple[ExporterContext, Attempt]]:
-        """The context and attempt of each lifecycle that ran through (its records are due)."""
+        """The context and attempt of each lifecycle that ran through (its records are due),
+        or with ``recovered``, of each failed one whose new instance ran through."""
         return [
             (ExporterContext.create(base / f"run-{a.lane}", "all", include_hostname), a)
             for a in self.attempts
-            if a.outcome == "done"
+            if (
+                bool(a.recovery_lane and not a.recovery_method)
+                if recovered
+                else a.outcome == "done"
+            )
         ]
 
 
 def under_pressure(
-    spec: str, base: Path, *, export_streams: str, include_hostname: bool, timeout: float = 120.0
+    spec: str,
+    base: Path,
+    *,
+    export_streams: str,
+    include_hostname: bool,
+    recover: bool = False,
+    timeout: float = 120.0,
 ) -> Pressure:
     """Run the child, its lifecycles' run folders made under ``base``, and collect what it
-    reports."""
+    reports. ``recover``: I/O faults only, and after each that made a method raise, a new
+    instance's whole lifecycle on the same folder."""
     args = [
         sys.executable,
         "-c",
@@ -305,6 +334,7 @@ def under_pressure(
         str(MAX_BUDGET),
         str(MAX_POINTS),
         ",".join(EVENTS),
+        "1" if recover else "0",
         _MARK,
     ]
     try:

@@ -8,11 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
+from ..._export.report import ExportFailure
 from ...context import ExporterContext
 from ...worker import ExportWorker
 from .._harness import WORKER_THREAD, CallLog, recording_factory
 from .._io_faults import MAX_BUDGET, under_pressure
-from .._lanes import lane_batches
+from .._lanes import lane_batches, lanes_delivered_problems
 from .._resources import Snapshot, describe_threads, leftover_files, open_fds
 from ..environment import NO_PERMANENT_FAULT, Env, failure_hint
 from ..registry import CheckGroup
@@ -408,6 +409,15 @@ def check_new_instance_after_outage(env: Env) -> None:
     failure = run.report.failure
     if failure is None:
         pytest.skip("the exporter did not raise after break_sink (see sink_failure_raised)")
+    _after_the_outage(env, run, failure, repair)
+    if env.spec is not None:
+        _after_every_io_fault(env)
+
+
+def _after_the_outage(
+    env: Env, run: _SinkFailure, failure: ExportFailure, repair: Callable[[ExporterContext], None]
+) -> None:
+    """A new instance after ``break_sink``, ``repair_sink``: it delivers everything."""
     context = run.context
     run.before.wait_released([run.worker.thread], grace=env.grace)
     repair(context)
@@ -447,6 +457,48 @@ def check_new_instance_after_outage(env: Env) -> None:
         f"a new instance {what}: of what the first flushed before the break and what the "
         f"new one wrote, {difference(env, records, context, actual)}:\n" + "\n".join(problems)
     )
+
+
+def _after_every_io_fault(env: Env) -> None:
+    """After a method raised at each of its I/O calls in turn (the I/O fault child), a new
+    instance on the same run folder runs a whole lifecycle: it works, and its records are
+    all there (of the failed one's, any or none)."""
+    assert env.spec is not None
+    base = env.tmp_path / "runs-recovered"
+    base.mkdir()
+    pressure = under_pressure(
+        env.spec, base, export_streams="all", include_hostname=False, recover=True
+    )
+    assert not pressure.error, f"the child process running the exporter ended: {pressure.error}"
+    for attempt in pressure.attempts:
+        if not attempt.recovery_method:
+            continue
+        context = ExporterContext.create(base / f"run-{attempt.lane}", "all", False)
+        leftovers = leftover_files(context.session_root)
+        left = f" ({', '.join(leftovers)} left by the failed one)" if leftovers else ""
+        did = (
+            "refused in open"
+            if attempt.recovery_method == "open"
+            else f"raised in {attempt.recovery_method}"
+        )
+        pytest.fail(
+            f"a new instance on the same folder {did} ({attempt.recovery_error}) after "
+            f"{attempt.squeezed} raised {attempt.describe()}{left}: follow makes a new "
+            "instance once the sink is back, and open accepts whatever a failed one left",
+            pytrace=False,
+        )
+    if not env.has_read_back or env.aggregating:
+        return  # a sink of series: what of the failed instance's writes arrived is unknown
+    for context, attempt in pressure.delivered(base, include_hostname=False, recovered=True):
+        required = [r for b in lane_batches(attempt.recovery_lane, context.streams) for r in b]
+        lanes = {attempt.lane: "failed", attempt.recovery_lane: "new"}
+        actual = env.require_read_back(context)
+        problems = lanes_delivered_problems(env, context, required, actual, lanes, "failed")
+        assert not problems, (
+            f"a new instance on the folder of one whose {attempt.squeezed} raised "
+            f"{attempt.describe()} ran through, yet of its own records "
+            f"{difference(env, required, context, actual)}:\n" + "\n".join(problems)
+        )
 
 
 def _after(batches: list[list[object]], count: int) -> list[list[object]]:

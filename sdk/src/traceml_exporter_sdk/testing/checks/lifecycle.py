@@ -130,10 +130,15 @@ def check_writes_interleaved_with_flushes(env: Env) -> None:
 def _restart(env: Env, context: ExporterContext, first: Sequence[Any], what: str) -> list[Any]:
     """A second instance on ``context``, after a first that delivered ``first``: it either
     works, and then the first's records and its own are readable, or refuses in open, and
-    then the first's output is left as it was. Returns what the second wrote."""
+    then the first's output is left as it was. Returns what the second wrote.
+
+    The second writes each stream it has in two batches and flushes after each, as
+    ``follow`` does on its cadence, so a sink that merges or rotates its own parts does
+    so beside the first's output."""
     root = context.session_root
     files = file_states(root)
-    second = env.worker(context, corpus()[-4:])
+    halves = [part for b in corpus()[-4:] for part in (b[: len(b) // 2], b[len(b) // 2 :])]
+    second = env.worker(context, halves, flush_interval_s=1e-9, pace=True)
     if second.failed_method == "open":
         assert second.report is not None
         assert second.report.failure is not None
