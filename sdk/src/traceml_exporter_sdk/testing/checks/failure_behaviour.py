@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 
 import pytest
 
 from ..._export.report import ExportFailure
 from ...context import ExporterContext
-from ...worker import ExportWorker
-from .._harness import WORKER_THREAD, CallLog, recording_factory
 from .._io_faults import MAX_BUDGET, under_pressure
 from .._lanes import lane_batches, lanes_delivered_problems
-from .._resources import Snapshot, describe_threads, leftover_files, open_fds
-from ..environment import NO_PERMANENT_FAULT, Env, failure_hint
+from .._resources import describe_threads, leftover_files
+from ..environment import NO_PERMANENT_FAULT, Env
 from ..registry import CheckGroup
 from ._common import corpus, difference, merged
+from ._sink_failure import SinkFailure, fds_on, neutralise
 
 GROUP = CheckGroup("failure_behaviour")
 
@@ -115,80 +112,6 @@ def check_fault_at_every_io_call(env: Env) -> None:
         )
 
 
-class _SinkFailure:
-    """One run where the sink breaks for good after the first batch was flushed."""
-
-    def __init__(self, env: Env, breaking: Callable[[ExporterContext], None] | None = None) -> None:
-        self.context = env.context()
-        self.log = CallLog(keep_records=False)
-        self.before = Snapshot.take()
-        batches = corpus()
-        worker = ExportWorker(
-            recording_factory(env.factory, self.log),
-            self.context,
-            queue_size=len(batches) + 1,
-            flush_interval_s=1e-9,
-            thread_name=WORKER_THREAD,
-        )
-        self.worker = worker
-        worker.start()
-        worker.submit_records(batches[0])
-        deadline = time.monotonic() + 30
-        while not any(c.method == "flush" and c.done for c in self.log.calls):
-            if worker.failure is not None or time.monotonic() > deadline:
-                break
-            time.sleep(0.005)
-        self.early = worker.failure
-        if self.early is not None:
-            worker.shutdown(5)
-            return
-        devnull_before = _fds_on("/dev/full")
-        (breaking or env.hooks.break_sink)(self.context)
-        self.broken_at = time.monotonic()
-        for batch in batches[1:]:
-            worker.submit_records(batch)
-        self.report = worker.shutdown(float(env.settings.failure_timeout))
-        self.elapsed = time.monotonic() - self.broken_at
-        _neutralise(_fds_on("/dev/full") - devnull_before)
-
-    def require_healthy_start(self) -> None:
-        if self.early is not None:
-            failure = f"{self.early.method}: {self.early.error}"
-            pytest.fail(
-                f"the exporter failed before the sink was broken: {failure}{failure_hint(failure)}",
-                pytrace=False,
-            )
-
-
-def _fds_on(target: str) -> set[int]:
-    out = set()
-    for fd in open_fds():
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == target:
-                out.add(fd)
-        except OSError:
-            continue
-    return out
-
-
-def _neutralise(fds: set[int]) -> None:
-    """Point fds that break_sink aimed at /dev/full to a fresh in-memory file, so late
-    finalizers pass; a new file each time (not /dev/null), so a leaked fd of this run is
-    never mistaken for an fd a snapshot saw before (fds are told apart by inode)."""
-    if not fds:
-        return
-    memfd = getattr(os, "memfd_create", None)
-    null = memfd("traceml-conformance-broken-sink") if memfd else os.open(os.devnull, os.O_RDWR)
-    try:
-        for fd in fds:
-            try:
-                os.dup2(null, fd)
-            except OSError:
-                continue
-    finally:
-        os.close(null)
-
-
 @GROUP.check
 def check_sink_failure_raised(env: Env) -> None:
     """Rule: a permanent sink failure in write or flush is raised (after bounded retry, at
@@ -202,7 +125,7 @@ def check_sink_failure_raised(env: Env) -> None:
     Contract: "A method may raise. The worker then logs the failure, stops using the
     exporter, and records the loss in finalization_warning.json."
     """
-    run = _SinkFailure(env)
+    run = SinkFailure(env)
     run.require_healthy_start()
     report = run.report
     assert not report.timed_out, (
@@ -226,7 +149,7 @@ def check_no_non_daemon_thread_after_failure(env: Env) -> None:
     Contract: "The worker then logs the failure, stops using the exporter, and records the
     loss in finalization_warning.json."
     """
-    run = _SinkFailure(env)
+    run = SinkFailure(env)
     run.require_healthy_start()
     if run.report.failure is None:
         pytest.skip("the exporter did not raise after break_sink (see sink_failure_raised)")
@@ -266,9 +189,9 @@ def check_close_failure_raised(env: Env) -> None:
         ("pause", None),
         ("close", 0),
     ]
-    full_before = _fds_on("/dev/full")
+    full_before = fds_on("/dev/full")
     run = env.script(context, steps, at_pause=lambda: env.hooks.break_sink(context))
-    _neutralise(_fds_on("/dev/full") - full_before)
+    neutralise(fds_on("/dev/full") - full_before)
     assert not run.timed_out, (
         f"after break_sink, close did not return within 30 s: {run.log.describe()}"
     )
@@ -302,7 +225,7 @@ def check_failure_releases_resources(env: Env) -> None:
     Contract: "A method may raise. The worker then logs the failure, stops using the
     exporter, and records the loss in finalization_warning.json."
     """
-    run = _SinkFailure(env)
+    run = SinkFailure(env)
     run.require_healthy_start()
     if run.report.failure is None:
         pytest.skip("the exporter did not raise after break_sink (see sink_failure_raised)")
@@ -336,7 +259,7 @@ def check_transient_fault_not_permanent(env: Env) -> None:
     Contract: "A method may raise. The worker then logs the failure, stops using the
     exporter, and records the loss in finalization_warning.json."
     """
-    run = _SinkFailure(env)
+    run = SinkFailure(env)
     run.require_healthy_start()
     failure = run.report.failure
     if failure is None:
@@ -362,7 +285,7 @@ def check_permanent_fault_marked(env: Env) -> None:
     breaking = env.hooks.break_sink_permanently
     if breaking is None:
         pytest.skip(NO_PERMANENT_FAULT)
-    run = _SinkFailure(env, breaking)
+    run = SinkFailure(env, breaking)
     run.require_healthy_start()
     report = run.report
     assert not report.timed_out, (
@@ -404,7 +327,7 @@ def check_new_instance_after_outage(env: Env) -> None:
             "break_sink is overridden but repair_sink is not: define repair_sink(self, "
             "context) undoing it, so the suite can check that a new instance recovers"
         )
-    run = _SinkFailure(env)
+    run = SinkFailure(env)
     run.require_healthy_start()
     failure = run.report.failure
     if failure is None:
@@ -415,7 +338,7 @@ def check_new_instance_after_outage(env: Env) -> None:
 
 
 def _after_the_outage(
-    env: Env, run: _SinkFailure, failure: ExportFailure, repair: Callable[[ExporterContext], None]
+    env: Env, run: SinkFailure, failure: ExportFailure, repair: Callable[[ExporterContext], None]
 ) -> None:
     """A new instance after ``break_sink``, ``repair_sink``: it delivers everything."""
     context = run.context
