@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from exporter_calls import is_permanent, run, written
+from exporter_calls import StrayRecord, is_permanent, refusal, run, written
 from traceml_exporter_sdk import (
     ExporterContext,
     ExportRecord,
@@ -33,6 +33,7 @@ from traceml_exporter_example.exporter import (
     SUMMARY_FILE,
     ExampleExporter,
     make_exporter,
+    read_export,
 )
 
 ByStream = dict[str, list[dict[str, Any]]]
@@ -300,6 +301,27 @@ def test_a_backlog_is_written_out_before_the_flush(context: ExporterContext) -> 
     assert len(written(context)["step_memory"]) == 20_000
     exporter.close()
     assert len(written(context)["step_memory"]) == 20_000
+
+
+def test_a_stream_no_folder_may_be_named_after_is_refused_for_good(
+    context: ExporterContext,
+) -> None:
+    error = refusal(context, StrayRecord())
+    assert "is not a plain name" in str(error)
+    assert is_permanent(error)  # the same record is refused again: follow ends at once
+    assert not (context.export_dir.parent / "stray").exists()
+
+
+def test_the_names_the_readme_gives_are_the_ones_written(context: ExporterContext) -> None:
+    """A reader follows the README: ``export_summary.json`` with ``closed_unix_ns``, and
+    ``read_export(export_dir)`` reading every stream, or the ones it is given."""
+    run(context, [memory(0), memory(1)])
+    summary = json.loads((context.export_dir / "export_summary.json").read_text("utf-8"))
+    assert summary["closed_unix_ns"] > 0
+    every = read_export(context.export_dir)
+    assert sorted(every) == ["step_memory"]
+    assert [r["step"] for r in every["step_memory"]] == [0, 1]
+    assert read_export(context.export_dir, ["step_time"]) == {"step_time": []}
 
 
 def test_durable_parts_and_compaction(context: ExporterContext) -> None:
