@@ -171,7 +171,7 @@ class StreamFolder:
                 self._generation = 1
                 self.current.mkdir(parents=True, exist_ok=True)
                 if self.durable:
-                    fsync_path(self.store)  # the generation's entry; the link's fsync has the store's
+                    fsync_path(self.store)  # its new entry; the link's fsync covers .<stream>'s
                 self._point_link()
             self._remove_leftovers()
 
