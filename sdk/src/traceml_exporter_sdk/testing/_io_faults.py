@@ -296,19 +296,28 @@ class Pressure:
     error: str = ""
 
     def delivered(
-        self, base: Path, include_hostname: bool, *, recovered: bool = False
+        self, base: Path, include_hostname: bool
     ) -> list[tuple[ExporterContext, Attempt]]:
-        """The context and attempt of each lifecycle that ran through (its records are due),
-        or with ``recovered``, of each failed one whose new instance ran through."""
+        """The context and attempt of each lifecycle that ran through (its records are due)."""
         return [
-            (ExporterContext.create(base / f"run-{a.lane}", "all", include_hostname), a)
+            (self._context(base, a, include_hostname), a)
             for a in self.attempts
-            if (
-                bool(a.recovery_lane and not a.recovery_method)
-                if recovered
-                else a.outcome == "done"
-            )
+            if a.outcome == "done"
         ]
+
+    def recovered(
+        self, base: Path, include_hostname: bool
+    ) -> list[tuple[ExporterContext, Attempt]]:
+        """The context and attempt of each failed lifecycle whose new instance ran through."""
+        return [
+            (self._context(base, a, include_hostname), a)
+            for a in self.attempts
+            if a.recovery_lane and not a.recovery_method
+        ]
+
+    @staticmethod
+    def _context(base: Path, attempt: Attempt, include_hostname: bool) -> ExporterContext:
+        return ExporterContext.create(base / f"run-{attempt.lane}", "all", include_hostname)
 
 
 def under_pressure(

@@ -315,7 +315,10 @@ def check_new_instance_after_outage(env: Env) -> None:
 
     ``follow`` makes a new instance once the sink is back and resends what no flush
     acknowledged. What the failed method left in the run folder (a lock file, a
-    temporary name) is named when the new instance refuses. Skipped where
+    temporary name) is named when the new instance refuses. Then, where the factory has
+    a ``module:factory`` name, the I/O fault child of fault_at_every_io_call makes each
+    method raise at each of its I/O calls, and after each a new instance on the same run
+    folder must run a whole lifecycle and its records read back. Skipped where
     ``break_sink`` is overridden and ``repair_sink`` is not.
 
     Contract: "A method may raise. The worker then logs the failure, stops using the
@@ -412,7 +415,7 @@ def _after_every_io_fault(env: Env) -> None:
         )
     if not env.has_read_back or env.aggregating:
         return  # a sink of series: what of the failed instance's writes arrived is unknown
-    for context, attempt in pressure.delivered(base, include_hostname=False, recovered=True):
+    for context, attempt in pressure.recovered(base, include_hostname=False):
         required = [r for b in lane_batches(attempt.recovery_lane, context.streams) for r in b]
         lanes = {attempt.lane: "failed", attempt.recovery_lane: "new"}
         actual = env.require_read_back(context)
